@@ -1,0 +1,110 @@
+//! Engine settings (DESIGN §3). Deserialised from the sidecar's config file
+//! (`admission:` section); every field has the documented default.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Refuse what the level does not admit.
+    #[default]
+    Enforce,
+    /// Decide and count everything, refuse nothing.
+    Shadow,
+}
+
+/// Which control law moves the admission level.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Law {
+    /// The paper's law: target `(1 - alpha) * admitted` when overloaded, `(1 + beta) * admitted` otherwise.
+    Dagor,
+    /// Aims at the throughput the app actually completed while saturated, then trims.
+    #[default]
+    Goodput,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EngineConfig {
+    /// A window closes after this long...
+    #[serde(with = "humantime_serde")]
+    pub window: Duration,
+    /// ...or after this many queuing samples, whichever comes first.
+    pub window_requests: u32,
+    /// Overloaded when the window's mean queuing time exceeds this.
+    #[serde(with = "humantime_serde")]
+    pub queuing_threshold: Duration,
+    /// Leave the overloaded state only once the mean falls to this; between the two
+    /// the level holds (hysteresis).
+    #[serde(with = "humantime_serde")]
+    pub queuing_exit_threshold: Duration,
+    pub law: Law,
+    /// Cut, as a fraction of admitted (dagor) or completed (goodput) load.
+    pub alpha: f64,
+    /// Relax step, as a fraction of admitted (dagor) or arriving (goodput) load.
+    pub beta: f64,
+    /// Goodput law: how far below the measured capacity to aim.
+    pub trim: f64,
+    pub mode: Mode,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            window: Duration::from_secs(1),
+            window_requests: 2000,
+            queuing_threshold: Duration::from_millis(20),
+            queuing_exit_threshold: Duration::from_millis(10),
+            law: Law::default(),
+            alpha: 0.05,
+            beta: 0.01,
+            trim: 0.02,
+            mode: Mode::Enforce,
+        }
+    }
+}
+
+/// One invalid setting, named by its field path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ConfigError {
+    pub field: &'static str,
+    pub message: String,
+}
+
+impl EngineConfig {
+    /// Checks ranges; returns every bad field, not just the first.
+    pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
+        let mut errs = Vec::new();
+        let mut bad =
+            |field, message: &str| errs.push(ConfigError { field, message: message.into() });
+        if self.window.is_zero() {
+            bad("window", "must be greater than zero");
+        }
+        if self.window_requests == 0 {
+            bad("window_requests", "must be at least 1");
+        }
+        if self.queuing_threshold.is_zero() {
+            bad("queuing_threshold", "must be greater than zero");
+        }
+        if self.queuing_exit_threshold > self.queuing_threshold {
+            bad("queuing_exit_threshold", "must not exceed queuing_threshold");
+        }
+        if !(self.alpha > 0.0 && self.alpha < 1.0) {
+            bad("alpha", "must be in (0, 1)");
+        }
+        if !(self.beta > 0.0 && self.beta < 1.0) {
+            bad("beta", "must be in (0, 1)");
+        }
+        if !(self.trim >= 0.0 && self.trim < 0.5) {
+            bad("trim", "must be in [0, 0.5)");
+        }
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(errs)
+        }
+    }
+}

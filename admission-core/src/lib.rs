@@ -1,0 +1,24 @@
+//! The DAGOR admission engine (Zhou et al., SoCC 2018), without I/O or an async runtime.
+//!
+//! - [`priority`]: compound priorities `(business, user)`, admission levels, header codecs.
+//! - [`user_hash`]: the keyed, periodically re-keyed user-priority hash.
+//! - [`engine`]: the hot path (`admit`, `record_queuing`) and window rollover.
+//! - [`controller`]: the overload detector and the control laws.
+//! - [`gate`]: the residence-time gate at dequeue.
+//! - [`clock`]: injectable clocks.
+
+pub mod clock;
+pub mod config;
+pub mod controller;
+pub mod engine;
+pub mod gate;
+pub mod priority;
+pub mod user_hash;
+
+pub use clock::{Clock, ManualClock, MonotonicClock, Nanos};
+pub use config::{EngineConfig, Law, Mode};
+pub use controller::{Controller, OverloadDetector, WindowSummary, Zone};
+pub use engine::{AdmissionEngine, Decision, EngineStatus};
+pub use gate::{residence_gate, GateDecision};
+pub use priority::{AdmissionLevel, HeaderValueError, Priority};
+pub use user_hash::UserPriorityHasher;

@@ -1,0 +1,1 @@
+//! weir control API.

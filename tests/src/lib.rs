@@ -1,0 +1,1 @@
+//! Load generator, capacity-model backend and scenario runner.
