@@ -1,0 +1,100 @@
+//! `GET /metrics`: the recorder's output plus series rendered from state at scrape time.
+//!
+//! Per-class request counts live in `AuditCounters` (one atomic add on the request path);
+//! turning them into `weir_requests_total` here keeps the metrics registry off that path.
+
+use std::fmt::Write;
+
+use admission_core::audit::{AuditSnapshot, Outcome};
+
+use crate::audit::WindowReport;
+use crate::status::SidecarStatus;
+
+/// The inflation findings, always exported (0 or 1) so alerts see the series exist.
+pub const FINDINGS: [&str; 3] = ["top_class_share", "nothing_left_to_cut", "unknown_classes"];
+
+pub struct Scrape<'a> {
+    pub recorder: String,
+    pub status: &'a SidecarStatus,
+    pub table_version: u64,
+    pub counters: &'a AuditSnapshot,
+    pub last_minute: &'a WindowReport,
+    pub table_file_rejections: u64,
+}
+
+/// Prometheus text exposition format.
+pub fn render(s: &Scrape<'_>) -> String {
+    let mut out = s.recorder.clone();
+    if !out.is_empty() && !out.ends_with('\n') {
+        out.push('\n');
+    }
+    let engine = &s.status.engine;
+    let gauges: [(&str, &str, f64); 5] = [
+        (
+            "weir_admission_level",
+            "Current admission level as business * 128 + user; 32767 admits everything.",
+            f64::from(engine.level.compound()),
+        ),
+        (
+            "weir_overloaded",
+            "1 while the sidecar considers the app overloaded.",
+            bool_f(engine.overloaded),
+        ),
+        ("weir_inflight", "Requests currently at the app.", s.status.inflight as f64),
+        (
+            "weir_queue_depth",
+            "Requests waiting for an in-flight slot.",
+            s.status.queue_depth as f64,
+        ),
+        (
+            "weir_priority_table_version",
+            "Version of the priority table in use.",
+            s.table_version as f64,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP weir_priority_inflation 1 while an inflation finding holds over the last minute.\n\
+         # TYPE weir_priority_inflation gauge"
+    );
+    for finding in FINDINGS {
+        let v = bool_f(s.last_minute.has_finding(finding));
+        let _ = writeln!(out, "weir_priority_inflation{{finding=\"{finding}\"}} {v}");
+    }
+    let _ = writeln!(
+        out,
+        "# HELP weir_priority_table_file_rejected_total Table-file contents ignored as invalid.\n\
+         # TYPE weir_priority_table_file_rejected_total counter\n\
+         weir_priority_table_file_rejected_total {}",
+        s.table_file_rejections
+    );
+    let _ = writeln!(
+        out,
+        "# HELP weir_requests_total Requests by role, business class and outcome.\n\
+         # TYPE weir_requests_total counter"
+    );
+    for (business, counts) in s.counters.active_classes() {
+        for outcome in Outcome::ALL {
+            let n = counts.get(outcome);
+            if n > 0 {
+                let _ = writeln!(
+                    out,
+                    "weir_requests_total{{role=\"inbound\",business=\"{business}\",outcome=\"{}\"}} {n}",
+                    outcome.as_str()
+                );
+            }
+        }
+    }
+    out
+}
+
+fn bool_f(b: bool) -> f64 {
+    if b {
+        1.0
+    } else {
+        0.0
+    }
+}

@@ -1,0 +1,156 @@
+//! The control plane: shared state, listeners, background tasks.
+
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use admission_core::audit::AuditCounters;
+use admission_core::table::{CompiledTable, PriorityTable};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+
+use crate::audit::{AuditHistory, WindowReport, WINDOWS};
+use crate::config::{read_trimmed, AdminConfig};
+use crate::error::ControlError;
+use crate::persist::{digest, StateFile};
+use crate::status::SidecarView;
+use crate::store::{SwapError, TableStore};
+
+pub struct ControlPlane {
+    pub(crate) cfg: AdminConfig,
+    pub(crate) table: Arc<TableStore>,
+    pub(crate) audit: Arc<AuditCounters>,
+    pub(crate) view: Arc<dyn SidecarView>,
+    pub(crate) metrics: PrometheusHandle,
+    pub(crate) history: AuditHistory,
+    state: Option<StateFile>,
+    /// Digest of the table-file content the current table reflects; persisted with every
+    /// change so the start-up precedence can tell whether the file changed since.
+    applied_file_digest: Mutex<Option<u64>>,
+    /// Table-file contents that failed to parse or validate (exported as a metric).
+    pub(crate) table_file_rejections: AtomicU64,
+    background_started: AtomicBool,
+    stop_background: watch::Sender<bool>,
+}
+
+/// `GET /v1/audit`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditDoc {
+    pub table_version: u64,
+    pub level: String,
+    pub overloaded: bool,
+    pub last_1m: WindowReport,
+    pub last_10m: WindowReport,
+}
+
+// === impl ControlPlane ===
+
+impl ControlPlane {
+    pub fn new(
+        cfg: AdminConfig,
+        table: Arc<TableStore>,
+        audit: Arc<AuditCounters>,
+        view: Arc<dyn SidecarView>,
+        metrics: PrometheusHandle,
+    ) -> Result<Arc<Self>, ControlError> {
+        cfg.validate()?;
+        if let Some(path) = &cfg.token_file {
+            // Fail at start, not at the first edit, when the Secret is not mounted.
+            read_trimmed(path)?;
+        }
+        let applied =
+            cfg.table_file.as_deref().and_then(|p| std::fs::read(p).ok()).map(|b| digest(&b));
+        Ok(Arc::new(ControlPlane {
+            history: AuditHistory::new(cfg.audit_sample_interval, Instant::now()),
+            state: cfg.state_path.as_ref().map(StateFile::new),
+            cfg,
+            table,
+            audit,
+            view,
+            metrics,
+            applied_file_digest: Mutex::new(applied),
+            table_file_rejections: AtomicU64::new(0),
+            background_started: AtomicBool::new(false),
+            stop_background: watch::channel(false).0,
+        }))
+    }
+
+    pub fn table(&self) -> &Arc<TableStore> {
+        &self.table
+    }
+
+    pub fn config(&self) -> &AdminConfig {
+        &self.cfg
+    }
+
+    pub(crate) fn applied_file_digest(&self) -> Option<u64> {
+        *self.applied_file_digest.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Validates, version-checks, persists and swaps in `next` (blocking: it fsyncs).
+    /// `file_digest` is set when the change comes from the table file.
+    pub fn commit(
+        &self,
+        next: PriorityTable,
+        if_version: Option<u64>,
+        file_digest: Option<u64>,
+    ) -> Result<Arc<CompiledTable>, ControlError> {
+        let swapped = self.table.swap(next, if_version, |compiled| {
+            let mut applied = self.applied_file_digest.lock().unwrap_or_else(|p| p.into_inner());
+            let digest = file_digest.or(*applied);
+            if let Some(state) = &self.state {
+                state.write(compiled.source(), digest).map_err(|source| ControlError::Persist {
+                    path: state.path().into(),
+                    source,
+                })?;
+            }
+            *applied = digest;
+            Ok(())
+        });
+        match swapped {
+            Ok(t) => Ok(t),
+            Err(SwapError::VersionMismatch { expected, current }) => {
+                Err(ControlError::PreconditionFailed { expected, current })
+            }
+            Err(SwapError::Invalid(errors)) => Err(ControlError::InvalidTable(errors)),
+            Err(SwapError::Persist(e)) => Err(e),
+        }
+    }
+
+    /// Takes an audit sample now (the sampler task calls this periodically).
+    pub fn sample_audit(&self) {
+        self.history.record(Instant::now(), self.audit.snapshot());
+    }
+
+    /// The audit over the last 1 and 10 minutes, up to this instant.
+    pub fn audit_report(&self) -> AuditDoc {
+        let now = Instant::now();
+        let current = self.audit.snapshot();
+        let status = self.view.status();
+        let table = self.table.load_full();
+        let (level, overloaded) = (status.engine.level, status.engine.overloaded);
+        let report = |span| {
+            let (window, covered) = self.history.window(&current, now, span);
+            WindowReport::new(&window, covered, &table, level, overloaded, &self.cfg.inflation)
+        };
+        AuditDoc {
+            table_version: table.version(),
+            level: level.encode().as_str().to_owned(),
+            overloaded,
+            last_1m: report(WINDOWS[0].1),
+            last_10m: report(WINDOWS[1].1),
+        }
+    }
+}
+
+impl std::fmt::Debug for ControlPlane {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ControlPlane").field("listen", &self.cfg.listen).finish_non_exhaustive()
+    }
+}
+
+mod listen;
+mod response;
+
+pub(crate) use response::{body_response, etag, json_response};
