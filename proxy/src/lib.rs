@@ -1,1 +1,30 @@
-//! weir sidecar library.
+//! weir: a sidecar proxy bringing DAGOR overload control (Zhou et al., SoCC 2018) to any mesh.
+//!
+//! - [`config`]: the one YAML configuration and its validation.
+//! - [`sidecar`]: start/stop a sidecar (in-process for tests, or from `weir run`).
+//! - [`shared`]: state shared by the request path, the admin API and the drain.
+//! - [`inbound`]: the pingora application: priority, admission, queue, gate, app.
+//! - [`inflight`]: the in-flight limit and the bounded pending queue.
+//! - [`priority`]: priority from headers (inner hop) or the priority table (entry).
+//! - [`refusal`]: refusal responses per the wire contract.
+//! - [`admin`]: the control API thread and the engine's timer.
+//! - [`cli`]: the `weir` command line.
+
+pub mod admin;
+pub mod app_time;
+pub mod cli;
+pub mod config;
+pub mod deadline;
+pub mod demo;
+pub mod inbound;
+pub mod inflight;
+pub mod priority;
+pub mod refusal;
+mod server;
+pub mod shared;
+pub mod shutdown;
+pub mod sidecar;
+pub mod telemetry;
+
+pub use config::SidecarConfig;
+pub use sidecar::{Shared, Sidecar, StartError};

@@ -1,0 +1,147 @@
+//! The `weir` command line. `main.rs` only calls [`main`].
+
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use control_api::cli::{ClientArgs, TableCommand};
+
+use crate::config::{Overrides, SidecarConfig};
+use crate::sidecar::{Sidecar, StartError};
+use crate::telemetry;
+
+/// BSD `EX_USAGE`: a bad flag or configuration.
+pub const EXIT_USAGE: u8 = 64;
+
+#[derive(Debug, Parser)]
+#[command(name = "weir", version, about = "DAGOR overload control as a sidecar proxy")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve: the inbound listener in front of the app, and the admin API.
+    Run(RunArgs),
+    /// Show weir under overload: an app, a sidecar and a 0.5x -> 3x -> 0.5x load, in-process.
+    Demo(crate::demo::DemoArgs),
+    /// Show a running sidecar's status.
+    Status(ClientArgs),
+    /// Read, replace or check the priority table of a running sidecar.
+    Table {
+        #[command(flatten)]
+        client: ClientArgs,
+        #[command(subcommand)]
+        command: TableCommand,
+    },
+    /// Show the priority distribution and inflation findings.
+    Audit(ClientArgs),
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunArgs {
+    /// YAML configuration; without it the embedded default serves.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Inbound listener address (default 127.0.0.1:15001).
+    #[arg(long, value_name = "ADDR")]
+    pub inbound: Option<SocketAddr>,
+    /// The app's address (default 127.0.0.1:8080).
+    #[arg(long, value_name = "ADDR")]
+    pub app: Option<SocketAddr>,
+    /// Admin API address (default 127.0.0.1:15000).
+    #[arg(long, value_name = "ADDR")]
+    pub admin: Option<SocketAddr>,
+    /// Egress listener address (not implemented yet).
+    #[arg(long, value_name = "ADDR")]
+    pub egress: Option<SocketAddr>,
+    /// Requests forwarded to the app at once.
+    #[arg(long, value_name = "N")]
+    pub max_inflight: Option<usize>,
+    /// Entry role: stamp priorities from the priority table, ignoring the client's.
+    #[arg(long)]
+    pub entry: bool,
+    /// Priority table file (watched and hot-reloaded).
+    #[arg(long, value_name = "FILE")]
+    pub table: Option<PathBuf>,
+}
+
+/// Parses `args` and runs the command.
+pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> ExitCode {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            use clap::error::ErrorKind::*;
+            if matches!(
+                e.kind(),
+                DisplayHelp | DisplayVersion | DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = e.print();
+                return if e.kind() == DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(EXIT_USAGE)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            let rendered = e.to_string();
+            let line = rendered.lines().next().unwrap_or("invalid arguments");
+            eprintln!("weir: {}", line.trim_start_matches("error: "));
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    match cli.command {
+        Command::Run(args) => run(args),
+        Command::Demo(args) => crate::demo::run(args),
+        Command::Status(client) => control_api::cli::status(&client),
+        Command::Table { client, command } => control_api::cli::table(&client, command),
+        Command::Audit(client) => control_api::cli::audit(&client),
+    }
+}
+
+/// `weir run`.
+pub fn run(args: RunArgs) -> ExitCode {
+    let config = match resolve(&args) {
+        Ok(config) => config,
+        Err(line) => {
+            eprintln!("weir: {line}");
+            return ExitCode::from(EXIT_USAGE);
+        }
+    };
+    telemetry::init_logging(&config.log);
+    let sidecar = match Sidecar::start_with(config, true) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("weir: {e}");
+            return match e {
+                StartError::Config { .. } => ExitCode::from(EXIT_USAGE),
+                _ => ExitCode::FAILURE,
+            };
+        }
+    };
+    let drained = sidecar.run_until_signal();
+    if !drained {
+        tracing::warn!("shutdown grace ended with requests still running");
+    }
+    ExitCode::SUCCESS
+}
+
+/// The configuration `weir run` would serve with: file (or embedded) plus flags.
+pub fn resolve(args: &RunArgs) -> Result<SidecarConfig, String> {
+    if let Some(egress) = args.egress {
+        return Err(format!("--egress {egress}: egress not implemented yet"));
+    }
+    let mut config = SidecarConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
+    let overrides = Overrides {
+        inbound: args.inbound,
+        app: args.app,
+        admin: args.admin,
+        max_inflight: args.max_inflight,
+        entry: args.entry,
+        table: args.table.clone(),
+    };
+    config.apply(&overrides).map_err(|e| e.to_string())?;
+    Ok(config)
+}

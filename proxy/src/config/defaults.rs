@@ -1,0 +1,45 @@
+//! Defaults of the fields serde fills in when a document leaves them out.
+
+use std::time::Duration;
+
+use super::{AppProtocol, HeaderNames, InboundConfig, LogConfig, LogFormat};
+
+impl Default for InboundConfig {
+    fn default() -> Self {
+        InboundConfig {
+            listen: ([127, 0, 0, 1], 15001).into(),
+            app: ([127, 0, 0, 1], 8080).into(),
+            app_protocol: AppProtocol::Auto,
+            max_inflight: 64,
+            max_queued: 1024,
+            task_timeout: Duration::from_millis(500),
+            overload_max_wait: Duration::from_millis(250),
+            retry_after: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(10),
+            entry: false,
+            forward_user_id: false,
+            default_priority: None,
+            threads: 0,
+            work_stealing: false,
+            headers: HeaderNames::default(),
+        }
+    }
+}
+
+impl Default for HeaderNames {
+    fn default() -> Self {
+        HeaderNames {
+            business: "x-business-priority".into(),
+            user: "x-user-priority".into(),
+            timeout: "x-request-timeout-ms".into(),
+            level: "x-admission-level".into(),
+            shed: "x-weir-shed".into(),
+        }
+    }
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig { format: LogFormat::Text, filter: "info".into() }
+    }
+}

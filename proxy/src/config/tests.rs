@@ -1,0 +1,84 @@
+use super::*;
+
+#[test]
+fn embedded_default_parses_with_documented_defaults() {
+    let c = SidecarConfig::load(None).expect("embedded default is valid");
+    assert_eq!(c.inbound.listen, "127.0.0.1:15001".parse().unwrap());
+    assert_eq!(c.inbound.app, "127.0.0.1:8080".parse().unwrap());
+    assert_eq!(c.admin.listen, "127.0.0.1:15000".parse().unwrap());
+    assert_eq!(c.inbound.task_timeout, Duration::from_millis(500));
+    assert!(!c.inbound.entry);
+    assert_eq!(c.inbound.headers.business, "x-business-priority");
+}
+
+#[test]
+fn empty_document_means_defaults() {
+    let c = SidecarConfig::from_yaml("{}").unwrap();
+    assert_eq!(c.inbound.max_inflight, 64);
+    assert_eq!(c.inbound.max_queued, 1024);
+}
+
+#[test]
+fn unknown_field_is_named() {
+    let e = SidecarConfig::from_yaml("inbound:\n  max_inflihgt: 3\n").unwrap_err();
+    assert_eq!(e.field, "inbound");
+    assert!(e.message.contains("max_inflihgt"), "{e}");
+}
+
+#[test]
+fn bad_value_is_named() {
+    let e = SidecarConfig::from_yaml("inbound:\n  listen: nowhere\n").unwrap_err();
+    assert_eq!(e.field, "inbound.listen", "{e}");
+    let e = SidecarConfig::from_yaml("inbound:\n  task_timeout: soon\n").unwrap_err();
+    assert_eq!(e.field, "inbound.task_timeout", "{e}");
+}
+
+#[test]
+fn semantic_errors_are_named() {
+    let e = SidecarConfig::from_yaml("inbound:\n  max_inflight: 0\n").unwrap_err();
+    assert_eq!(e.field, "inbound.max_inflight");
+    let e = SidecarConfig::from_yaml("inbound:\n  default_priority: 3\n").unwrap_err();
+    assert_eq!(e.field, "inbound.default_priority");
+    let e = SidecarConfig::from_yaml("inbound:\n  headers: { business: 'X Bad' }\n").unwrap_err();
+    assert_eq!(e.field, "inbound.headers.business");
+    let e = SidecarConfig::from_yaml("admission:\n  alpha: 2.0\n").unwrap_err();
+    assert_eq!(e.field, "admission.alpha");
+}
+
+#[test]
+fn flags_override_the_file() {
+    let mut c = SidecarConfig::from_yaml("inbound:\n  max_inflight: 5\n").unwrap();
+    let o = Overrides {
+        inbound: Some("127.0.0.1:1".parse().unwrap()),
+        max_inflight: Some(9),
+        entry: true,
+        ..Overrides::default()
+    };
+    c.apply(&o).unwrap();
+    assert_eq!(c.inbound.listen.port(), 1);
+    assert_eq!(c.inbound.max_inflight, 9);
+    assert!(c.inbound.entry);
+    let bad = Overrides { max_inflight: Some(0), ..Overrides::default() };
+    assert_eq!(c.apply(&bad).unwrap_err().field, "inbound.max_inflight");
+}
+
+#[test]
+fn default_priority_parses() {
+    let c = SidecarConfig::from_yaml("inbound:\n  default_priority: '7.9'\n").unwrap();
+    assert_eq!(c.inbound.default_priority(), Some(Priority { business: 7, user: 9 }));
+}
+
+#[test]
+fn shipped_examples_parse() {
+    for (name, text) in [
+        ("inner-hop", include_str!("../../examples/inner-hop.yaml")),
+        ("entry", include_str!("../../examples/entry.yaml")),
+        ("shadow", include_str!("../../examples/shadow.yaml")),
+        ("grpc", include_str!("../../examples/grpc.yaml")),
+        ("json-logs", include_str!("../../examples/json-logs.yaml")),
+    ] {
+        if let Err(e) = SidecarConfig::from_yaml(text) {
+            panic!("examples/{name}.yaml: {e}");
+        }
+    }
+}

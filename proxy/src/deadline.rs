@@ -1,0 +1,74 @@
+//! Request deadlines: the remaining budget a caller grants (`grpc-timeout`, or
+//! `x-request-timeout-ms`), and the reduced budget forwarded to the app.
+
+use std::time::Duration;
+
+/// The longest `grpc-timeout` value: 8 ASCII digits (gRPC over HTTP/2 spec).
+const GRPC_TIMEOUT_MAX_DIGITS: usize = 8;
+
+/// Parses a gRPC `grpc-timeout` value such as `480m` (H, M, S, m, u, n units).
+pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
+    let (&unit, digits) = value.split_last()?;
+    if digits.is_empty() || digits.len() > GRPC_TIMEOUT_MAX_DIGITS {
+        return None;
+    }
+    let n = parse_digits(digits)?;
+    Some(match unit {
+        b'H' => Duration::from_secs(n * 3600),
+        b'M' => Duration::from_secs(n * 60),
+        b'S' => Duration::from_secs(n),
+        b'm' => Duration::from_millis(n),
+        b'u' => Duration::from_micros(n),
+        b'n' => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
+/// Parses `x-request-timeout-ms: 480`.
+pub fn parse_timeout_ms(value: &[u8]) -> Option<Duration> {
+    if value.is_empty() || value.len() > 12 {
+        return None;
+    }
+    parse_digits(value).map(Duration::from_millis)
+}
+
+fn parse_digits(digits: &[u8]) -> Option<u64> {
+    digits
+        .iter()
+        .try_fold(0u64, |acc, &b| b.is_ascii_digit().then(|| acc * 10 + u64::from(b - b'0')))
+}
+
+/// Writes a remaining budget as decimal milliseconds into `buf` without allocating; returns
+/// the used prefix. At least 1 ms, so an app never sees a zero budget it would reject.
+pub fn format_ms(remaining: Duration, buf: &mut [u8; 20]) -> &[u8] {
+    let ms = remaining.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+    format_u64(ms, buf)
+}
+
+/// Writes a remaining budget as a `grpc-timeout` value in milliseconds (`<n>m`).
+pub fn format_grpc_ms(remaining: Duration, buf: &mut [u8; 20]) -> &[u8] {
+    // 8 digits of milliseconds is ~27 hours, plenty; clamp rather than overflow the format.
+    let ms = (remaining.as_millis() as u64).clamp(1, 99_999_999);
+    let len = format_u64(ms, buf).len();
+    buf[len] = b'm';
+    &buf[..=len]
+}
+
+fn format_u64(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut tmp = [0u8; 20];
+    let mut i = tmp.len();
+    loop {
+        i -= 1;
+        tmp[i] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    let len = tmp.len() - i;
+    buf[..len].copy_from_slice(&tmp[i..]);
+    &buf[..len]
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,36 @@
+use super::*;
+
+#[test]
+fn grpc_timeout_units() {
+    assert_eq!(parse_grpc_timeout(b"480m"), Some(Duration::from_millis(480)));
+    assert_eq!(parse_grpc_timeout(b"2S"), Some(Duration::from_secs(2)));
+    assert_eq!(parse_grpc_timeout(b"1H"), Some(Duration::from_secs(3600)));
+    assert_eq!(parse_grpc_timeout(b"5M"), Some(Duration::from_secs(300)));
+    assert_eq!(parse_grpc_timeout(b"7u"), Some(Duration::from_micros(7)));
+    assert_eq!(parse_grpc_timeout(b"9n"), Some(Duration::from_nanos(9)));
+}
+
+#[test]
+fn grpc_timeout_rejects_garbage() {
+    for bad in [&b""[..], b"m", b"12", b"12x", b"-1m", b"123456789m", b"1 m"] {
+        assert_eq!(parse_grpc_timeout(bad), None, "{:?}", String::from_utf8_lossy(bad));
+    }
+}
+
+#[test]
+fn timeout_ms() {
+    assert_eq!(parse_timeout_ms(b"480"), Some(Duration::from_millis(480)));
+    assert_eq!(parse_timeout_ms(b"0"), Some(Duration::ZERO));
+    assert_eq!(parse_timeout_ms(b""), None);
+    assert_eq!(parse_timeout_ms(b"4.5"), None);
+    assert_eq!(parse_timeout_ms(b"9999999999999"), None);
+}
+
+#[test]
+fn formats_without_allocating() {
+    let mut buf = [0u8; 20];
+    assert_eq!(format_ms(Duration::from_millis(473), &mut buf), b"473");
+    assert_eq!(format_ms(Duration::from_micros(10), &mut buf), b"1");
+    assert_eq!(format_grpc_ms(Duration::from_millis(12), &mut buf), b"12m");
+    assert_eq!(format_grpc_ms(Duration::from_secs(10_000_000), &mut buf), b"99999999m");
+}

@@ -1,0 +1,72 @@
+//! State shared by the request path, the admin API and the drain logic.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::Arc;
+
+use admission_core::audit::AuditCounters;
+use admission_core::AdmissionEngine;
+use control_api::{SidecarStatus, SidecarView, TableStore};
+
+use crate::app_time::AppTime;
+use crate::inflight::InflightLimit;
+
+/// State shared by the request path, the admin API and the drain logic.
+pub struct Shared {
+    pub engine: AdmissionEngine,
+    pub limit: Arc<InflightLimit>,
+    pub audit: Arc<AuditCounters>,
+    pub table: Arc<TableStore>,
+    /// How long the app typically takes per request.
+    pub app_time: AppTime,
+    /// Requests inside the sidecar (from the first phase to logging).
+    pub(crate) active: AtomicUsize,
+    pub(crate) draining: AtomicBool,
+}
+
+/// Counts a request as active while alive.
+pub struct ActiveRequest(Arc<Shared>);
+
+// === impl Shared ===
+
+impl Shared {
+    pub(crate) fn active_request(self: &Arc<Self>) -> ActiveRequest {
+        self.active.fetch_add(1, AcqRel);
+        ActiveRequest(self.clone())
+    }
+
+    /// Requests inside the sidecar now (queued or in flight).
+    pub fn active(&self) -> usize {
+        self.active.load(Acquire)
+    }
+
+    pub fn draining(&self) -> bool {
+        self.draining.load(Acquire)
+    }
+
+    pub(crate) fn start_draining(&self) {
+        self.draining.store(true, Release);
+    }
+}
+
+impl Drop for ActiveRequest {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, AcqRel);
+    }
+}
+
+impl SidecarView for Shared {
+    fn status(&self) -> SidecarStatus {
+        SidecarStatus {
+            engine: self.engine.status(),
+            inflight: self.limit.inflight() as u64,
+            max_inflight: self.limit.limit() as u64,
+            queue_depth: self.limit.queued() as u64,
+            max_queued: self.limit.max_queued() as u64,
+            draining: self.draining(),
+        }
+    }
+
+    fn ready(&self) -> bool {
+        !self.draining()
+    }
+}

@@ -1,0 +1,200 @@
+//! The sidecar as a value: start it (in-process for tests, or from `weir run`), learn its
+//! bound addresses, change its in-flight limit, stop it.
+
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use admission_core::audit::AuditCounters;
+use admission_core::AdmissionEngine;
+use control_api::{SidecarStatus, SidecarView, TableStore};
+use pingora::server::{ExecutionPhase, RunArgs};
+use tokio::sync::{broadcast, watch};
+
+use crate::admin::AdminThread;
+use crate::app_time::AppTime;
+use crate::config::SidecarConfig;
+use crate::inflight::InflightLimit;
+use crate::server::{build_server, reserve};
+pub use crate::shared::{ActiveRequest, Shared};
+use crate::shutdown::{StopKind, StopSignal};
+use crate::telemetry::ProxyMetrics;
+
+/// A running sidecar.
+pub struct Sidecar {
+    shared: Arc<Shared>,
+    inbound_addr: SocketAddr,
+    admin_addr: SocketAddr,
+    grace: Duration,
+    stop: watch::Sender<Option<StopKind>>,
+    phases: broadcast::Receiver<ExecutionPhase>,
+    proxy_thread: Option<JoinHandle<()>>,
+    admin: Option<AdminThread>,
+}
+
+/// Why the sidecar could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("{field}: {message}")]
+    Config { field: String, message: String },
+    #[error("{what} {addr}: {source}")]
+    Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// How long `start` waits for the inbound listener to accept connections.
+const LISTENER_READY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often the drain checks for the last active request.
+const DRAIN_POLL: Duration = Duration::from_millis(10);
+
+// === impl Sidecar ===
+
+impl Sidecar {
+    /// Starts the sidecar on its own threads. Port 0 in `inbound.listen` or `admin.listen`
+    /// binds an ephemeral port; [`Sidecar::inbound_addr`] and [`Sidecar::admin_addr`] tell
+    /// which. Returns once both listeners accept connections.
+    pub fn start(config: SidecarConfig) -> Result<Sidecar, StartError> {
+        Self::start_with(config, false)
+    }
+
+    /// As [`Sidecar::start`]; `os_signals` also stops it on SIGTERM (graceful) and SIGINT.
+    pub fn start_with(config: SidecarConfig, os_signals: bool) -> Result<Sidecar, StartError> {
+        config.validate().map_err(|e| StartError::Config { field: e.field, message: e.message })?;
+        let metrics = ProxyMetrics::register();
+        let table = crate::admin::initial_table(&config)?;
+        let shared = Arc::new(Shared {
+            engine: AdmissionEngine::with_config(&config.admission),
+            limit: InflightLimit::new(config.inbound.max_inflight, config.inbound.max_queued),
+            audit: Arc::new(AuditCounters::new()),
+            table: TableStore::new(table),
+            app_time: AppTime::default(),
+            active: AtomicUsize::new(0),
+            draining: AtomicBool::new(false),
+        });
+
+        let inbound_addr = reserve(config.inbound.listen)?;
+        let admin = AdminThread::start(&config, shared.clone())?;
+        let admin_addr = admin.addr();
+
+        let (stop, stop_rx) = watch::channel(None);
+        let server = build_server(&config, inbound_addr, shared.clone(), metrics)?;
+        let phases = server.watch_execution_phase();
+        let signal = StopSignal::new(stop_rx, shared.clone(), os_signals);
+        let proxy_thread = std::thread::Builder::new()
+            .name("weir-pingora".into())
+            .spawn(move || server.run(RunArgs { shutdown_signal: Box::new(signal) }))
+            .map_err(|e| StartError::Other(format!("cannot spawn the proxy thread: {e}")))?;
+
+        let sidecar = Sidecar {
+            shared,
+            inbound_addr,
+            admin_addr,
+            grace: config.inbound.shutdown_grace,
+            stop,
+            phases,
+            proxy_thread: Some(proxy_thread),
+            admin: Some(admin),
+        };
+        sidecar.wait_listening()?;
+        tracing::info!(inbound = %inbound_addr, admin = %admin_addr, app = %config.inbound.app, "weir started");
+        Ok(sidecar)
+    }
+
+    pub fn inbound_addr(&self) -> SocketAddr {
+        self.inbound_addr
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin_addr
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub fn status(&self) -> SidecarStatus {
+        self.shared.status()
+    }
+
+    /// Changes the in-flight limit while running.
+    pub fn set_max_inflight(&self, n: usize) {
+        self.shared.limit.set_limit(n);
+    }
+
+    /// Stops gracefully: stop accepting, let queued and in-flight requests finish within the
+    /// shutdown grace. Returns whether everything finished in time.
+    pub fn stop(mut self) -> bool {
+        let _ = self.stop.send(Some(StopKind::Graceful));
+        self.drain_after_stop()
+    }
+
+    /// Serves until SIGTERM (graceful drain, then returns `true` if nothing was cut off) or
+    /// SIGINT (returns at once). For `weir run`.
+    pub fn run_until_signal(mut self) -> bool {
+        self.drain_after_stop()
+    }
+
+    /// Waits for the stop to reach pingora, then for the active requests to finish.
+    fn drain_after_stop(&mut self) -> bool {
+        loop {
+            match self.phases.blocking_recv() {
+                Ok(ExecutionPhase::GracefulTerminate) => break,
+                Ok(ExecutionPhase::Terminated) | Err(broadcast::error::RecvError::Closed) => {
+                    self.finish_fast();
+                    return self.shared.active() == 0;
+                }
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+            }
+        }
+        let deadline = Instant::now() + self.grace;
+        // A bounded poll: pingora has no event for "the last request finished".
+        while self.shared.active() > 0 && Instant::now() < deadline {
+            std::thread::sleep(DRAIN_POLL);
+        }
+        let drained = self.shared.active() == 0;
+        tracing::info!(drained, left = self.shared.active(), "drain finished");
+        if let Some(admin) = self.admin.take() {
+            admin.stop();
+        }
+        // Pingora's thread now sleeps out its grace and exits on its own; the listener is
+        // already closed, so leave it.
+        self.proxy_thread.take();
+        drained
+    }
+
+    fn finish_fast(&mut self) {
+        let _ = self.stop.send(Some(StopKind::Fast));
+        if let Some(t) = self.proxy_thread.take() {
+            let _ = t.join();
+        }
+        if let Some(admin) = self.admin.take() {
+            admin.stop();
+        }
+    }
+
+    fn wait_listening(&self) -> Result<(), StartError> {
+        let deadline = Instant::now() + LISTENER_READY_TIMEOUT;
+        while Instant::now() < deadline {
+            if TcpStream::connect_timeout(&self.inbound_addr, Duration::from_millis(100)).is_ok() {
+                return Ok(());
+            }
+            if self.proxy_thread.as_ref().is_some_and(|t| t.is_finished()) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        Err(StartError::Other(format!("inbound listener {} did not come up", self.inbound_addr)))
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        if self.proxy_thread.is_some() {
+            self.finish_fast();
+        }
+    }
+}

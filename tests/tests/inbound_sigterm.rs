@@ -1,0 +1,113 @@
+//! SIGTERM during load: the real `weir` binary stops accepting, finishes every request it
+//! had admitted (queued or in flight), and exits 0 within its grace.
+
+mod support;
+
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use support::backend::Backend;
+use support::client::Http1;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_load_loses_no_admitted_request() {
+    let bin = tokio::task::spawn_blocking(support::weir_binary).await.unwrap();
+    let app = Backend::start().await;
+    app.set_service_time(Duration::from_millis(50));
+    let inbound = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "inbound:\n  listen: {inbound}\n  app: {}\n  max_inflight: 4\n  shutdown_grace: 5s\n  threads: 2\n\
+             admin:\n  listen: 127.0.0.1:0\nlog:\n  filter: warn\n",
+            app.addr
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(&bin)
+        .args(["run", "--config"])
+        .arg(&config)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("weir starts");
+    let up = support::eventually(Duration::from_secs(20), || {
+        std::net::TcpStream::connect(inbound).is_ok()
+    })
+    .await;
+    if !up {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("weir did not start listening");
+    }
+
+    // 8 callers in closed loops against 4 slots: at any moment ~4 in flight, ~4 queued.
+    let stop = Arc::new(AtomicBool::new(false));
+    let ok = Arc::new(AtomicU64::new(0));
+    let failed_before_term = Arc::new(AtomicU64::new(0));
+    let termed = Arc::new(AtomicBool::new(false));
+    let callers: Vec<_> = (0..8)
+        .map(|_| {
+            let (stop, ok, failed, termed) =
+                (stop.clone(), ok.clone(), failed_before_term.clone(), termed.clone());
+            let url = format!("http://{inbound}/slow");
+            tokio::spawn(async move {
+                let client = Http1::new();
+                while !stop.load(Relaxed) {
+                    match client.send(http::Method::GET, &url, &[], support::client::empty()).await
+                    {
+                        Ok(resp) if resp.status == 200 => {
+                            ok.fetch_add(1, Relaxed);
+                        }
+                        Ok(resp) => panic!("unexpected status {}", resp.status),
+                        Err(_) if termed.load(Relaxed) => break,
+                        Err(e) => {
+                            failed.fetch_add(1, Relaxed);
+                            panic!("failed before SIGTERM: {e}");
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    assert!(
+        support::eventually(Duration::from_secs(20), || ok.load(Relaxed) >= 40).await,
+        "load flows"
+    );
+
+    termed.store(true, Relaxed);
+    let signalled = Instant::now();
+    let kill = Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap();
+    assert!(kill.success());
+    let mut exit = None;
+    while signalled.elapsed() < Duration::from_secs(15) {
+        if let Some(status) = child.try_wait().unwrap() {
+            exit = Some(status);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let Some(exit) = exit else {
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("weir did not exit after SIGTERM");
+    };
+    let took = signalled.elapsed();
+    stop.store(true, Relaxed);
+    for c in callers {
+        c.await.unwrap();
+    }
+    assert!(exit.success(), "exit status {exit:?}");
+    assert!(took < Duration::from_secs(5), "drained within the grace: {took:?}");
+    assert_eq!(failed_before_term.load(Relaxed), 0);
+    let arrived = app.arrivals();
+    let completed = app.state.completed.load(Relaxed);
+    // Every request weir forwarded got its answer back to its caller.
+    assert_eq!(arrived, completed, "the app finished everything it got");
+    assert_eq!(ok.load(Relaxed), arrived, "no admitted request was lost");
+    eprintln!("{arrived} requests served, exit after {took:?}");
+}
