@@ -20,7 +20,10 @@ pub enum Mode {
 pub enum Law {
     /// The paper's law: target `(1 - alpha) * admitted` when overloaded, `(1 + beta) * admitted` otherwise.
     Dagor,
-    /// Aims at the throughput the app actually completed while saturated, then trims.
+    /// Measures the rate the app completes while saturated (gate drops excluded) and aims
+    /// straight at it, minus what drains the backlog; inside the hysteresis band it sits
+    /// at that capacity, and when relaxed it probes upwards by `beta`. The default: it
+    /// settles in ~3 windows where dagor takes ~20-30 (see `examples/simulate`).
     #[default]
     Goodput,
 }
@@ -41,11 +44,14 @@ pub struct EngineConfig {
     #[serde(with = "humantime_serde")]
     pub queuing_exit_threshold: Duration,
     pub law: Law,
-    /// Cut, as a fraction of admitted (dagor) or completed (goodput) load.
+    /// Cut, as a fraction of what was admitted (dagor; goodput until it has measured
+    /// the app's capacity).
     pub alpha: f64,
-    /// Relax step, as a fraction of admitted (dagor) or arriving (goodput) load.
+    /// Relax step, as a fraction of what was admitted (goodput: of arrivals until it has
+    /// measured the capacity).
     pub beta: f64,
-    /// Goodput law: how far below the measured capacity to aim.
+    /// Goodput law: how far below the measured capacity to aim. 0 by default: queuing
+    /// above the threshold already makes it aim below capacity until the backlog drains.
     pub trim: f64,
     pub mode: Mode,
 }
@@ -60,7 +66,7 @@ impl Default for EngineConfig {
             law: Law::default(),
             alpha: 0.05,
             beta: 0.01,
-            trim: 0.02,
+            trim: 0.0,
             mode: Mode::Enforce,
         }
     }
@@ -83,8 +89,8 @@ impl EngineConfig {
         if self.window.is_zero() {
             bad("window", "must be greater than zero");
         }
-        if self.window_requests == 0 {
-            bad("window_requests", "must be at least 1");
+        if self.window_requests == 0 || self.window_requests > crate::engine::MAX_WINDOW_REQUESTS {
+            bad("window_requests", "must be in 1..=1000000");
         }
         if self.queuing_threshold.is_zero() {
             bad("queuing_threshold", "must be greater than zero");

@@ -5,7 +5,7 @@
 //! threads or time.
 
 use crate::config::{EngineConfig, Law};
-use crate::priority::{AdmissionLevel, COMPOUND_LEVELS};
+use crate::priority::{AdmissionLevel, COMPOUND_LEVELS, USER_LEVELS};
 
 /// What happened in one closed window.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
@@ -16,8 +16,10 @@ pub struct WindowSummary {
     pub arrivals: u64,
     /// Requests the level admitted (in shadow mode: would have admitted).
     pub admitted: u64,
-    /// Requests that left the pending queue for the app (queuing samples).
+    /// Requests that left the pending queue (queuing samples), dropped ones included.
     pub dispatched: u64,
+    /// Of those, how many the residence gate dropped instead of sending to the app.
+    pub dropped: u64,
     /// Mean time those requests waited in the queue, in nanoseconds.
     pub mean_queuing_ns: u64,
 }
@@ -92,6 +94,9 @@ pub struct Controller {
     exit_ns: u64,
     /// Goodput law: the app's completion rate (per second) measured while saturated.
     capacity_per_sec: Option<f64>,
+    /// Whether that figure was measured saturated, or is only a lower bound seen while
+    /// the app had spare room (which a first saturated window replaces outright).
+    capacity_measured: bool,
 }
 
 impl Controller {
@@ -103,6 +108,7 @@ impl Controller {
             trim: config.trim,
             exit_ns: config.queuing_exit_threshold.as_nanos() as u64,
             capacity_per_sec: None,
+            capacity_measured: false,
         }
     }
 
@@ -126,35 +132,26 @@ impl Controller {
                 Zone::Hold => return current,
                 Zone::Relax => (1.0 + self.beta) * w.admitted as f64,
             },
-            Law::Goodput => {
-                let secs = w.duration_ns.max(1) as f64 / 1e9;
-                if zone != Zone::Relax && w.dispatched > 0 {
-                    // Saturated: the dispatch rate is what the app can complete.
-                    let rate = w.dispatched as f64 / secs;
-                    self.capacity_per_sec = Some(match self.capacity_per_sec {
-                        Some(old) if zone == Zone::Hold => 0.5 * old + 0.5 * rate,
-                        _ => rate,
-                    });
+            Law::Goodput => match (zone, self.observe_capacity(zone, w)) {
+                // Inside the hysteresis band the queue is where it should be: sit at the
+                // measured capacity instead of wherever the last cut left the level.
+                (Zone::Hold, Some(cap)) => cap * secs(w) * (1.0 - self.trim),
+                (Zone::Hold, None) => return current,
+                (Zone::Cut, Some(cap)) => {
+                    // Aim below capacity by the trim plus what drains the backlog above
+                    // the exit threshold within about one window.
+                    let excess = w.mean_queuing_ns.saturating_sub(self.exit_ns) as f64;
+                    let drain = (excess / w.duration_ns.max(1) as f64 / 4.0).min(0.25);
+                    cap * secs(w) * (1.0 - self.trim - drain)
                 }
-                match (zone, self.capacity_per_sec) {
-                    (Zone::Hold, _) => return current,
-                    (Zone::Cut, Some(cap)) => {
-                        // Aim below capacity by the trim plus what drains the backlog
-                        // above the exit threshold within about one window.
-                        let excess = w.mean_queuing_ns.saturating_sub(self.exit_ns) as f64;
-                        let drain = (excess / w.duration_ns.max(1) as f64).min(0.5);
-                        cap * secs * (1.0 - self.trim - drain)
-                    }
-                    (Zone::Cut, None) => (1.0 - self.alpha) * w.admitted as f64,
-                    (Zone::Relax, cap) => {
-                        let step = w.admitted as f64 + self.beta * w.arrivals as f64;
-                        match cap {
-                            Some(cap) => step.max(cap * secs * (1.0 - self.trim)),
-                            None => step,
-                        }
-                    }
+                (Zone::Cut, None) => (1.0 - self.alpha) * w.admitted as f64,
+                // Back to just under capacity at once, then probe upwards gently in case
+                // the app got faster.
+                (Zone::Relax, Some(cap)) => {
+                    ((1.0 + self.beta) * w.admitted as f64).max(cap * secs(w) * (1.0 - self.trim))
                 }
-            }
+                (Zone::Relax, None) => w.admitted as f64 + self.beta * w.arrivals as f64,
+            },
         };
         let proposed = level_for_target(histogram, target);
         match zone {
@@ -165,20 +162,55 @@ impl Controller {
     }
 }
 
+// === impl Controller (goodput law) ===
+
+impl Controller {
+    /// Updates the capacity estimate from a window: requests per second that reached the
+    /// app. A window whose queue did not shrink (admitted >= dequeued) with queuing above
+    /// the exit threshold kept the app busy throughout, so its rate *is* the capacity. Any
+    /// other window only proves a lower bound.
+    fn observe_capacity(&mut self, zone: Zone, w: &WindowSummary) -> Option<f64> {
+        let served = w.dispatched.saturating_sub(w.dropped);
+        if served == 0 {
+            return self.capacity_per_sec;
+        }
+        let rate = served as f64 / secs(w);
+        let saturated = zone != Zone::Relax && w.admitted >= w.dispatched;
+        self.capacity_per_sec = Some(match self.capacity_per_sec {
+            Some(old) if saturated && self.capacity_measured => 0.5 * old + 0.5 * rate,
+            Some(old) if !saturated => old.max(rate),
+            _ => rate,
+        });
+        self.capacity_measured |= saturated;
+        self.capacity_per_sec
+    }
+}
+
+fn secs(w: &WindowSummary) -> f64 {
+    w.duration_ns.max(1) as f64 / 1e9
+}
+
 /// The least important level whose cumulative arrivals stay within `target`; fully open
 /// when everything fits. Levels only ever land just below a non-empty bucket.
 pub fn level_for_target(histogram: &[u32], target: f64) -> AdmissionLevel {
     let mut cumulative = 0u64;
-    for (c, &n) in histogram.iter().enumerate() {
-        if n == 0 {
+    // Whole business classes first (a vectorised sum), buckets only in the class where
+    // the target falls: the walk runs on every rollover.
+    for (class, chunk) in histogram.chunks(USER_LEVELS as usize).enumerate() {
+        let sum: u64 = chunk.iter().map(|&n| n as u64).sum();
+        if (cumulative + sum) as f64 <= target {
+            cumulative += sum;
             continue;
         }
-        if (cumulative + n as u64) as f64 > target {
-            // Admit everything strictly more important than bucket `c`.
-            return AdmissionLevel::from_compound(c.saturating_sub(1) as u16)
-                .unwrap_or(AdmissionLevel::FULLY_OPEN);
+        for (u, &n) in chunk.iter().enumerate() {
+            if n > 0 && (cumulative + n as u64) as f64 > target {
+                // Admit everything strictly more important than this bucket.
+                let c = class * USER_LEVELS as usize + u;
+                return AdmissionLevel::from_compound(c.saturating_sub(1) as u16)
+                    .unwrap_or(AdmissionLevel::FULLY_OPEN);
+            }
+            cumulative += n as u64;
         }
-        cumulative += n as u64;
     }
     AdmissionLevel::FULLY_OPEN
 }

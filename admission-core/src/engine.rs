@@ -1,6 +1,8 @@
 //! The hot path: `admit` and `record_queuing`, lock-free and allocation-free, with the
 //! window rollover done by whichever caller first sees the window end (a `try_lock`,
-//! so no admit ever waits for it).
+//! so no admit ever waits for it). Counters are sharded per thread (`shard`) so two
+//! threads never bump the same cache line; the arrivals histogram is double-buffered
+//! (`window`) so a rollover drains one set while admits write the other.
 
 use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU32, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::Mutex;
@@ -34,22 +36,26 @@ pub struct EngineStatus {
     pub capacity_per_sec: Option<f64>,
 }
 
-/// Counters for one window, double-buffered so a rollover drains one set while admits
-/// write the other. A straggler that wrote the old set after it was drained is counted
-/// when that set is drained next, so no arrival is ever lost.
-struct WindowCounters {
-    histogram: Box<[AtomicU32]>,
-    admitted: AtomicU64,
-}
+mod shard;
+mod window;
+
+pub use shard::MAX_WINDOW_REQUESTS;
+use shard::{Padded, QueuingShard, MAX_SHARDS};
+use window::WindowCounters;
 
 /// State only the rollover touches.
 struct RolloverState {
     detector: OverloadDetector,
     controller: Controller,
+    /// The last drained window's histogram, and which business classes it holds.
     scratch: Box<[u32]>,
+    scratch_classes: Box<[bool]>,
     last: Option<WindowSummary>,
     windows_closed: u64,
 }
+
+/// `record_queuing` checks the window's age on every this-many-th sample of a shard.
+const TIME_CHECK_EVERY: u64 = 64;
 
 pub struct AdmissionEngine<C: Clock = MonotonicClock> {
     clock: C,
@@ -60,8 +66,14 @@ pub struct AdmissionEngine<C: Clock = MonotonicClock> {
     overloaded: AtomicBool,
     active: AtomicUsize,
     counters: [WindowCounters; 2],
-    queuing_sum_ns: AtomicU64,
-    queuing_count: AtomicU32,
+    /// `shards - 1`; shards is a power of two.
+    shard_mask: usize,
+    queuing: Box<[QueuingShard]>,
+    /// Samples across shards, published in batches of `count_batch` per shard so the
+    /// shared line is touched once per batch; exact counts come from the shards.
+    queuing_count: Padded<AtomicU32>,
+    count_batch: u64,
+    dropped: Padded<AtomicU32>,
     window_start: AtomicU64,
     rollover: Mutex<RolloverState>,
 }
@@ -76,26 +88,30 @@ impl AdmissionEngine<MonotonicClock> {
 
 impl<C: Clock> AdmissionEngine<C> {
     pub fn new(config: &EngineConfig, clock: C) -> Self {
-        let counters = || WindowCounters {
-            histogram: (0..COMPOUND_LEVELS).map(|_| AtomicU32::new(0)).collect(),
-            admitted: AtomicU64::new(0),
-        };
         let start = clock.now();
+        let shards = shard::shard_count();
+        let window_requests = config.window_requests.clamp(1, MAX_WINDOW_REQUESTS);
+        // Small windows (tests, tiny services) close on the exact count.
+        let count_batch = (window_requests as usize / (4 * MAX_SHARDS)).clamp(1, 16) as u64;
         AdmissionEngine {
             mode: config.mode,
             window_ns: config.window.as_nanos() as u64,
-            window_requests: config.window_requests,
+            window_requests,
             level: AtomicU16::new(AdmissionLevel::FULLY_OPEN.compound()),
             overloaded: AtomicBool::new(false),
             active: AtomicUsize::new(0),
-            counters: [counters(), counters()],
-            queuing_sum_ns: AtomicU64::new(0),
-            queuing_count: AtomicU32::new(0),
+            counters: [WindowCounters::new(shards), WindowCounters::new(shards)],
+            shard_mask: shards - 1,
+            queuing: (0..shards).map(|_| QueuingShard::default()).collect(),
+            queuing_count: Padded(AtomicU32::new(0)),
+            count_batch,
+            dropped: Padded(AtomicU32::new(0)),
             window_start: AtomicU64::new(start),
             rollover: Mutex::new(RolloverState {
                 detector: OverloadDetector::new(config),
                 controller: Controller::new(config),
                 scratch: vec![0; COMPOUND_LEVELS].into_boxed_slice(),
+                scratch_classes: vec![false; 256].into_boxed_slice(),
                 last: None,
                 windows_closed: 0,
             }),
@@ -116,10 +132,8 @@ impl<C: Clock> AdmissionEngine<C> {
     #[inline]
     pub fn admit(&self, p: Priority) -> Decision {
         let c = p.compound();
-        let counters = &self.counters[self.active.load(Relaxed)];
-        counters.histogram[c as usize].fetch_add(1, Relaxed);
+        self.counters[self.active.load(Relaxed)].record(self.shard(), c);
         if c <= self.level.load(Relaxed) {
-            counters.admitted.fetch_add(1, Relaxed);
             Decision::Admit
         } else if self.mode == Mode::Shadow {
             Decision::WouldShed
@@ -132,13 +146,27 @@ impl<C: Clock> AdmissionEngine<C> {
     /// (or was dropped at the gate). Closes the window when it is full or old enough.
     #[inline]
     pub fn record_queuing(&self, waited: Duration) {
-        self.queuing_sum_ns.fetch_add(waited.as_nanos() as u64, Relaxed);
-        let n = self.queuing_count.fetch_add(1, Relaxed) + 1;
-        if n >= self.window_requests {
+        let local = self.queuing[self.shard()].add(waited.as_micros() as u64);
+        if local % self.count_batch != 0 {
+            return;
+        }
+        let n = self.queuing_count.0.fetch_add(self.count_batch as u32, Relaxed) as u64
+            + self.count_batch;
+        if n >= self.window_requests as u64 {
             self.try_rollover(self.clock.now());
-        } else {
+        } else if local % TIME_CHECK_EVERY == 0 {
+            // Reading the clock costs as much as the rest of the call; the 50 ms timer
+            // closes windows on time, this only backs it up.
             self.tick();
         }
+    }
+
+    /// Call, in addition to [`Self::record_queuing`], for a request the residence gate
+    /// dropped at dequeue: it left the queue without costing the app anything, so the
+    /// goodput law must not count it as capacity.
+    #[inline]
+    pub fn record_gate_drop(&self) {
+        self.dropped.0.fetch_add(1, Relaxed);
     }
 
     /// Closes the window if its time is up. Call it from a timer too, so windows close
@@ -181,7 +209,7 @@ impl<C: Clock> AdmissionEngine<C> {
         // Whoever loses the race just carries on: the winner closes the window.
         let Ok(mut state) = self.rollover.try_lock() else { return };
         let start = self.window_start.load(Relaxed);
-        let count_now = self.queuing_count.load(Relaxed);
+        let count_now = self.queuing_count.0.load(Relaxed);
         if now.saturating_sub(start) < self.window_ns && count_now < self.window_requests {
             return; // another caller closed it just before us
         }
@@ -189,20 +217,25 @@ impl<C: Clock> AdmissionEngine<C> {
         self.window_start.store(now, Relaxed);
         let counters = &self.counters[old];
         let state = &mut *state;
-        let mut arrivals = 0u64;
-        for (slot, counter) in state.scratch.iter_mut().zip(counters.histogram.iter()) {
-            *slot = counter.swap(0, Relaxed);
-            arrivals += *slot as u64;
+        let level = self.level.load(Relaxed) as usize;
+        // The level only changes here, so what the window admitted is the prefix sum.
+        let (arrivals, admitted) =
+            counters.drain_into(&mut state.scratch, &mut state.scratch_classes, level);
+        self.queuing_count.0.store(0, Relaxed);
+        let (mut dispatched, mut sum_us) = (0u64, 0u64);
+        for shard in self.queuing.iter() {
+            let (n, us) = shard.take();
+            dispatched += n;
+            sum_us += us;
         }
-        let admitted = counters.admitted.swap(0, Relaxed);
-        let dispatched = self.queuing_count.swap(0, Relaxed) as u64;
-        let sum = self.queuing_sum_ns.swap(0, Relaxed);
+        let dropped = (self.dropped.0.swap(0, Relaxed) as u64).min(dispatched);
         let summary = WindowSummary {
             duration_ns: now.saturating_sub(start).max(1),
             arrivals,
             admitted,
             dispatched,
-            mean_queuing_ns: if dispatched == 0 { 0 } else { sum / dispatched },
+            dropped,
+            mean_queuing_ns: (sum_us * 1_000).checked_div(dispatched).unwrap_or(0),
         };
         let zone = state.detector.observe(&summary);
         let next = state.controller.next_level(self.level(), zone, &summary, &state.scratch);
@@ -210,6 +243,11 @@ impl<C: Clock> AdmissionEngine<C> {
         self.overloaded.store(state.detector.overloaded(), Relaxed);
         state.last = Some(summary);
         state.windows_closed += 1;
+    }
+
+    #[inline]
+    fn shard(&self) -> usize {
+        shard::thread_ordinal() & self.shard_mask
     }
 
     pub fn windows_closed(&self) -> u64 {

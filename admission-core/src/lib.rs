@@ -5,14 +5,20 @@
 //! - [`engine`]: the hot path (`admit`, `record_queuing`) and window rollover.
 //! - [`controller`]: the overload detector and the control laws.
 //! - [`gate`]: the residence-time gate at dequeue.
+//! - [`audit`]: per-class outcome counters and the priority-inflation findings.
+//! - [`size_grade`]: content-length grade with fine sub-steps for requests with no action.
+//! - [`table`]: the priority table (rules -> business priority).
 //! - [`clock`]: injectable clocks.
 
+pub mod audit;
 pub mod clock;
 pub mod config;
 pub mod controller;
 pub mod engine;
 pub mod gate;
 pub mod priority;
+pub mod size_grade;
+pub mod table;
 pub mod user_hash;
 
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos};

@@ -1,1 +1,220 @@
 use super::*;
+use crate::priority::Priority;
+use std::time::Duration;
+
+const MS: u64 = 1_000_000;
+
+fn config(law: Law) -> EngineConfig {
+    EngineConfig { law, ..EngineConfig::default() }
+}
+
+fn window(arrivals: u64, admitted: u64, dispatched: u64, mean_queuing_ms: u64) -> WindowSummary {
+    WindowSummary {
+        duration_ns: 1_000 * MS,
+        arrivals,
+        admitted,
+        dispatched,
+        dropped: 0,
+        mean_queuing_ns: mean_queuing_ms * MS,
+    }
+}
+
+/// `per_bucket` arrivals at each of the 128 user levels of business classes `0..classes`.
+fn uniform(classes: u8, per_bucket: u32) -> Vec<u32> {
+    let mut h = vec![0; COMPOUND_LEVELS];
+    for b in 0..classes {
+        for u in 0..128 {
+            h[Priority { business: b, user: u }.compound() as usize] = per_bucket;
+        }
+    }
+    h
+}
+
+fn admitted_at(h: &[u32], level: AdmissionLevel) -> u64 {
+    h[..=level.compound() as usize].iter().map(|&n| n as u64).sum()
+}
+
+#[test]
+fn detector_enters_above_threshold_and_leaves_below_exit() {
+    let mut d = OverloadDetector::new(&EngineConfig::default());
+    assert_eq!(d.observe(&window(100, 100, 100, 5)), Zone::Relax);
+    assert!(!d.overloaded());
+    assert_eq!(d.observe(&window(100, 100, 100, 21)), Zone::Cut);
+    assert!(d.overloaded());
+    // Between exit (10 ms) and entry (20 ms): hold, still overloaded.
+    assert_eq!(d.observe(&window(100, 100, 100, 15)), Zone::Hold);
+    assert!(d.overloaded());
+    assert_eq!(d.observe(&window(100, 100, 100, 20)), Zone::Hold, "at the threshold is not above");
+    assert_eq!(d.observe(&window(100, 100, 100, 10)), Zone::Relax);
+    assert!(!d.overloaded());
+}
+
+#[test]
+fn detector_holds_when_nothing_leaves_a_busy_queue() {
+    let mut d = OverloadDetector::new(&EngineConfig::default());
+    assert_eq!(d.observe(&window(50, 50, 0, 0)), Zone::Hold);
+    assert_eq!(d.observe(&window(0, 0, 0, 0)), Zone::Relax);
+}
+
+#[test]
+fn level_for_target_walks_the_prefix_sum() {
+    let h = uniform(2, 10); // 2560 arrivals
+    assert_eq!(level_for_target(&h, 1e9), AdmissionLevel::FULLY_OPEN);
+    assert_eq!(level_for_target(&h, 2560.0), AdmissionLevel::FULLY_OPEN);
+    // 1280 fits class 0 exactly.
+    let l = level_for_target(&h, 1280.0);
+    assert_eq!(l.priority(), Priority { business: 0, user: 127 });
+    let l = level_for_target(&h, 1285.0);
+    assert_eq!(admitted_at(&h, l), 1280);
+    let l = level_for_target(&h, 1295.0);
+    assert_eq!(admitted_at(&h, l), 1290);
+    assert_eq!(l.priority(), Priority { business: 1, user: 0 });
+    assert_eq!(level_for_target(&h, 0.0).compound(), 0);
+}
+
+#[test]
+fn dagor_cuts_five_percent_of_admitted() {
+    let mut c = Controller::new(&config(Law::Dagor));
+    let h = uniform(1, 100); // 12800 arrivals, all admitted
+    let next =
+        c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &window(12_800, 12_800, 4_000, 50), &h);
+    // 0.95 * 12800 = 12160 = 121.6 buckets -> 121 buckets admitted.
+    assert_eq!(admitted_at(&h, next), 12_100);
+}
+
+#[test]
+fn dagor_relaxes_one_percent_of_admitted() {
+    let mut c = Controller::new(&config(Law::Dagor));
+    let h = uniform(1, 100);
+    let current = AdmissionLevel::new(Priority { business: 0, user: 49 }); // 5000 admitted
+    let next = c.next_level(current, Zone::Relax, &window(12_800, 5_000, 5_000, 1), &h);
+    // 1.01 * 5000 = 5050 -> 50 buckets, which is what is already admitted: take one step.
+    assert_eq!(admitted_at(&h, next), 5_100);
+}
+
+#[test]
+fn dagor_hold_keeps_the_level() {
+    let mut c = Controller::new(&config(Law::Dagor));
+    let h = uniform(3, 10);
+    let current = AdmissionLevel::new(Priority { business: 1, user: 3 });
+    assert_eq!(c.next_level(current, Zone::Hold, &window(3840, 1300, 1300, 15), &h), current);
+}
+
+#[test]
+fn goodput_hold_sits_at_measured_capacity() {
+    let mut c = Controller::new(&config(Law::Goodput));
+    let h = uniform(1, 100);
+    // Cut well below capacity (4000) by a deep backlog...
+    let cut = c.next_level(
+        AdmissionLevel::FULLY_OPEN,
+        Zone::Cut,
+        &window(12_800, 12_800, 4_000, 800),
+        &h,
+    );
+    assert!(admitted_at(&h, cut) < 3_500);
+    // ...then the queue sits in the hysteresis band: go back to just under capacity.
+    let held = c.next_level(cut, Zone::Hold, &window(12_800, 2_900, 3_000, 15), &h);
+    let admitted = admitted_at(&h, held);
+    assert!((3_900..=4_000).contains(&admitted), "held at {admitted}");
+}
+
+#[test]
+fn gate_drops_do_not_count_as_capacity() {
+    let mut c = Controller::new(&config(Law::Goodput));
+    let h = uniform(1, 100);
+    let mut w = window(12_800, 12_800, 10_000, 450);
+    w.dropped = 6_000;
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, &h);
+    assert_eq!(c.capacity_estimate(), Some(4_000.0));
+}
+
+#[test]
+fn a_draining_window_only_raises_the_capacity_estimate() {
+    let mut c = Controller::new(&config(Law::Goodput));
+    let h = uniform(1, 100);
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &window(12_800, 12_800, 4_000, 50), &h);
+    // Queue shrinking (admitted < dispatched): the low rate is not a capacity measurement.
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &window(12_800, 1_000, 2_000, 50), &h);
+    assert_eq!(c.capacity_estimate(), Some(4_000.0));
+    // A saturated window (queue not shrinking) does move it down.
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &window(12_800, 3_000, 2_000, 50), &h);
+    assert_eq!(c.capacity_estimate(), Some(3_000.0));
+}
+
+#[test]
+fn cut_always_sheds_something_relax_always_admits_more() {
+    for law in [Law::Dagor, Law::Goodput] {
+        let mut c = Controller::new(&config(law));
+        // Tiny window: the target rounds to the current level.
+        let mut h = vec![0; COMPOUND_LEVELS];
+        h[5] = 1;
+        h[9] = 1;
+        let current = AdmissionLevel::FULLY_OPEN;
+        let cut = c.next_level(current, Zone::Cut, &window(2, 2, 2, 100), &h);
+        assert!(cut < current && admitted_at(&h, cut) == 1, "{law:?} cut to {cut}");
+        let relaxed = c.next_level(cut, Zone::Relax, &window(2, 1, 1, 0), &h);
+        assert_eq!(relaxed, AdmissionLevel::FULLY_OPEN, "{law:?}");
+    }
+}
+
+#[test]
+fn goodput_aims_at_completed_throughput_in_one_step() {
+    let mut c = Controller::new(&config(Law::Goodput));
+    let h = uniform(1, 100); // 12800 arrive, app completes 4000
+    let next =
+        c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &window(12_800, 12_800, 4_000, 12), &h);
+    assert_eq!(c.capacity_estimate(), Some(4_000.0));
+    let admitted = admitted_at(&h, next);
+    assert!((3_500..=4_000).contains(&admitted), "goodput law admitted {admitted}");
+}
+
+#[test]
+fn goodput_relax_never_drops_below_known_capacity() {
+    let mut c = Controller::new(&config(Law::Goodput));
+    let h = uniform(1, 100);
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &window(12_800, 12_800, 4_000, 12), &h);
+    let low = AdmissionLevel::new(Priority { business: 0, user: 9 }); // 1000 admitted
+    let next = c.next_level(low, Zone::Relax, &window(12_800, 1_000, 1_000, 0), &h);
+    assert!(admitted_at(&h, next) >= 3_800, "relaxed to {}", admitted_at(&h, next));
+}
+
+#[test]
+fn config_defaults_match_design_and_validate() {
+    let cfg = EngineConfig::default();
+    assert_eq!(cfg.window, Duration::from_secs(1));
+    assert_eq!(cfg.window_requests, 2000);
+    assert_eq!(cfg.queuing_threshold, Duration::from_millis(20));
+    assert_eq!((cfg.alpha, cfg.beta), (0.05, 0.01));
+    assert!(cfg.validate().is_ok());
+    let bad = EngineConfig { alpha: 1.5, window_requests: 0, ..cfg };
+    let errs = bad.validate().expect_err("invalid");
+    let fields: Vec<_> = errs.iter().map(|e| e.field).collect();
+    assert_eq!(fields, ["window_requests", "alpha"]);
+}
+
+#[test]
+fn config_parses_from_yaml_with_durations() {
+    let cfg: EngineConfig =
+        serde_yaml::from_str("window: 500ms\nlaw: dagor\nmode: shadow\nqueuing_threshold: 30ms\n")
+            .expect("valid yaml");
+    assert_eq!(cfg.window, Duration::from_millis(500));
+    assert_eq!(cfg.law, Law::Dagor);
+    assert_eq!(cfg.mode, crate::config::Mode::Shadow);
+    assert_eq!(cfg.queuing_threshold, Duration::from_millis(30));
+    assert!(serde_yaml::from_str::<EngineConfig>("windw: 1s").is_err());
+    assert!(serde_yaml::from_str::<EngineConfig>("law: fast").is_err());
+}
+
+#[test]
+fn a_lower_bound_from_quiet_times_gives_way_to_the_first_saturated_window() {
+    let mut c = Controller::new(&config(Law::Goodput));
+    let h = uniform(1, 100);
+    // Half load: the app served 2000/s with room to spare, a lower bound only.
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Relax, &window(2_000, 2_000, 2_000, 0), &h);
+    assert_eq!(c.capacity_estimate(), Some(2_000.0));
+    // The load steps up: the first saturated window is the capacity, not an average.
+    let next =
+        c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &window(12_800, 12_800, 4_000, 30), &h);
+    assert_eq!(c.capacity_estimate(), Some(4_000.0));
+    assert!(admitted_at(&h, next) >= 3_900, "cut to {}", admitted_at(&h, next));
+}

@@ -1,1 +1,153 @@
 use super::*;
+use crate::clock::ManualClock;
+use crate::config::Law;
+
+fn engine(law: Law, mode: Mode) -> AdmissionEngine<ManualClock> {
+    let cfg = EngineConfig { law, mode, ..EngineConfig::default() };
+    AdmissionEngine::new(&cfg, ManualClock::new())
+}
+
+fn user(u: u8) -> Priority {
+    Priority { business: 0, user: u }
+}
+
+/// One 1-second window: `arrivals` requests spread over the 128 user levels, the app
+/// dispatches `dispatched` of them after waiting `wait_ms` each.
+fn run_window(
+    e: &AdmissionEngine<ManualClock>,
+    arrivals: u32,
+    dispatched: u32,
+    wait_ms: u64,
+) -> u32 {
+    let mut admitted = 0;
+    for i in 0..arrivals {
+        if e.admit(user((i % 128) as u8)) != Decision::Shed {
+            admitted += 1;
+        }
+    }
+    for _ in 0..dispatched {
+        e.record_queuing(Duration::from_millis(wait_ms));
+    }
+    e.clock().advance(Duration::from_secs(1));
+    e.tick();
+    admitted
+}
+
+#[test]
+fn window_closes_after_window_requests_samples() {
+    let e = engine(Law::Dagor, Mode::Enforce);
+    for _ in 0..1999 {
+        e.admit(user(1));
+        e.record_queuing(Duration::from_millis(1));
+    }
+    assert_eq!(e.windows_closed(), 0);
+    e.admit(user(1));
+    e.record_queuing(Duration::from_millis(1));
+    assert_eq!(e.windows_closed(), 1);
+    let w = e.status().last_window.expect("closed window");
+    assert_eq!((w.arrivals, w.admitted, w.dispatched), (2000, 2000, 2000));
+    assert_eq!(w.mean_queuing_ns, 1_000_000);
+}
+
+#[test]
+fn window_closes_after_its_duration_even_without_traffic() {
+    let e = engine(Law::Dagor, Mode::Enforce);
+    e.clock().advance(Duration::from_millis(999));
+    e.tick();
+    assert_eq!(e.windows_closed(), 0);
+    e.clock().advance(Duration::from_millis(1));
+    e.tick();
+    assert_eq!(e.windows_closed(), 1);
+    let w = e.status().last_window.expect("closed window");
+    assert_eq!(w.duration_ns, 1_000_000_000);
+    assert_eq!(w.arrivals, 0);
+    assert_eq!(e.level(), AdmissionLevel::FULLY_OPEN);
+}
+
+#[test]
+fn last_window_histogram_counts_arrivals_by_level() {
+    let e = engine(Law::Dagor, Mode::Enforce);
+    e.admit(Priority { business: 2, user: 5 });
+    e.admit(Priority { business: 2, user: 5 });
+    e.admit(Priority { business: 0, user: 0 });
+    e.clock().advance(Duration::from_secs(1));
+    e.tick();
+    e.with_last_window(|w, h| {
+        assert_eq!(w.map(|w| w.arrivals), Some(3));
+        assert_eq!(h[Priority { business: 2, user: 5 }.compound() as usize], 2);
+        assert_eq!(h[0], 1);
+        assert_eq!(h.iter().map(|&n| n as u64).sum::<u64>(), 3);
+    });
+}
+
+#[test]
+fn level_moves_down_under_overload_and_relaxes_after() {
+    for law in [Law::Dagor, Law::Goodput] {
+        let e = engine(law, Mode::Enforce);
+        // 3x overload: 1280 arrive per second, the app finishes 427, each waited 100 ms.
+        let mut levels = vec![];
+        for _ in 0..40 {
+            run_window(&e, 1280, 427, 100);
+            levels.push(e.level());
+        }
+        assert!(e.overloaded(), "{law:?}");
+        assert!(levels.windows(2).all(|w| w[1] <= w[0]), "{law:?} cut must be monotonic");
+        let admitted_now = run_window(&e, 1280, 0, 0);
+        assert!(admitted_now < 600, "{law:?} still admits {admitted_now} of 1280 at 3x");
+        // Load gone: queues empty, the level opens back up.
+        for _ in 0..200 {
+            run_window(&e, 1280, 400, 1);
+        }
+        assert!(!e.overloaded(), "{law:?}");
+        assert_eq!(e.level(), AdmissionLevel::FULLY_OPEN, "{law:?} did not relax");
+    }
+}
+
+#[test]
+fn hysteresis_holds_the_level_between_thresholds() {
+    let e = engine(Law::Dagor, Mode::Enforce);
+    run_window(&e, 1280, 400, 100);
+    let cut = e.level();
+    assert!(cut < AdmissionLevel::FULLY_OPEN);
+    run_window(&e, 1280, 400, 15);
+    assert_eq!(e.level(), cut, "between 10 and 20 ms: hold");
+    assert!(e.overloaded());
+}
+
+#[test]
+fn shadow_mode_never_sheds_but_reports_would_shed() {
+    let e = engine(Law::Dagor, Mode::Shadow);
+    for _ in 0..10 {
+        let admitted = run_window(&e, 1280, 427, 100);
+        assert_eq!(admitted, 1280, "shadow refused something");
+    }
+    assert!(e.level() < AdmissionLevel::FULLY_OPEN, "shadow still computes the level");
+    assert_eq!(e.admit(Priority::LEAST_IMPORTANT), Decision::WouldShed);
+    assert_eq!(e.admit(Priority::MOST_IMPORTANT), Decision::Admit);
+    assert_eq!(e.status().mode, Mode::Shadow);
+}
+
+#[test]
+fn enforce_sheds_below_level_only() {
+    let e = engine(Law::Dagor, Mode::Enforce);
+    for _ in 0..5 {
+        run_window(&e, 1280, 427, 100);
+    }
+    let level = e.level();
+    let p = level.priority();
+    assert_eq!(e.admit(p), Decision::Admit);
+    assert_eq!(e.admit(Priority::MOST_IMPORTANT), Decision::Admit);
+    let below = Priority::from_compound(level.compound() + 1).expect("not fully open");
+    assert_eq!(e.admit(below), Decision::Shed);
+}
+
+#[test]
+fn status_reports_the_goodput_capacity_estimate() {
+    let e = engine(Law::Goodput, Mode::Enforce);
+    run_window(&e, 1280, 427, 100);
+    let s = e.status();
+    assert_eq!(s.windows_closed, 1);
+    assert!(s.overloaded);
+    let cap = s.capacity_per_sec.expect("measured while saturated");
+    assert!((420.0..=430.0).contains(&cap), "capacity {cap}");
+}
