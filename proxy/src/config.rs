@@ -41,7 +41,8 @@ pub struct InboundConfig {
     pub task_timeout: Duration,
     /// While the detector says overloaded, the longest a request may wait for a slot; longer
     /// waits are refused at dequeue (`x-weir-shed: deadline`). A standing queue only delays
-    /// everyone; this drops the backlog the admission level has not cut yet. 0 = off.
+    /// everyone; this drops the backlog the admission level has not cut yet. 0 = off. With
+    /// the priority queue it trades admitted latency for goodput (README has the numbers).
     #[serde(with = "humantime_serde")]
     pub overload_max_wait: Duration,
     /// What refusals ask callers to wait (`retry-after`, `grpc-retry-pushback-ms`).

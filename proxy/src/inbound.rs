@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use admission_core::audit::Outcome;
 use admission_core::{residence_gate, Decision, GateDecision};
 use async_trait::async_trait;
-use http::{HeaderName, HeaderValue};
+use http::HeaderValue;
 use pingora::http::{RequestHeader, ResponseHeader};
 use pingora::proxy::{FailToProxy, ProxyHttp, Session};
 use pingora::upstreams::peer::HttpPeer;
@@ -17,11 +17,12 @@ use pingora::{Error, ErrorSource, ErrorType, Result};
 
 use crate::config::AppProtocol;
 use crate::deadline;
-use crate::inflight::Slot;
+use crate::inflight::{NoSlot, Slot};
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason};
 use crate::sidecar::{ActiveRequest, Shared};
 use crate::telemetry::ProxyMetrics;
+use crate::wire_name::WireName;
 
 /// The pingora application of the inbound listener.
 pub struct Inbound {
@@ -29,7 +30,7 @@ pub struct Inbound {
     pub(crate) metrics: ProxyMetrics,
     pub(crate) refusals: Refusals,
     pub(crate) priority: PriorityHeaders,
-    pub(crate) timeout_header: HeaderName,
+    pub(crate) timeout_header: WireName,
     pub(crate) entry: bool,
     pub(crate) task_timeout: Duration,
     pub(crate) overload_max_wait: Duration,
@@ -77,7 +78,7 @@ impl ProxyHttp for Inbound {
     }
 
     async fn request_filter(&self, session: &mut Session, ctx: &mut RequestCtx) -> Result<bool> {
-        ctx.arrival = Instant::now();
+        // `new_ctx` ran just after the request header was read: `ctx.arrival` is the arrival.
         ctx.grpc = session
             .req_header()
             .headers
@@ -103,19 +104,31 @@ impl ProxyHttp for Inbound {
             None => {
                 ctx.queued = true;
                 let queued_at = Instant::now();
-                let waited = self.wait_for_slot(session).await;
-                let queuing = queued_at.elapsed();
-                engine.record_queuing(queuing);
-                self.metrics.queuing_time.record(queuing.as_secs_f64());
+                let waited = self.wait_for_slot(session, priority).await;
+                // A refusal by a full queue never entered it: a zero-wait sample from it would
+                // dilute the very signal that says the queue is full.
+                if !matches!(waited, Some(Err(NoSlot::QueueFull))) {
+                    // Every request leaving the queue counts, whatever the order it left in:
+                    // the queue is work-conserving, so its mean wait is the same as FIFO's.
+                    let queuing = queued_at.elapsed();
+                    engine.record_queuing(queuing);
+                    self.metrics.queuing_time.record(queuing.as_secs_f64());
+                }
                 match waited {
-                    Some((Some(slot), over_bound)) => {
+                    Some(Ok((slot, over_bound))) => {
                         would_shed |= over_bound;
                         slot
                     }
-                    Some((None, _)) => {
-                        return self.refuse(session, ctx, ShedReason::Overload).await
+                    // Refused by a full queue, or evicted by a more important newcomer.
+                    Some(Err(no_slot)) => {
+                        if no_slot == NoSlot::Evicted {
+                            engine.record_gate_drop();
+                        }
+                        return self.refuse(session, ctx, ShedReason::Overload).await;
                     }
                     None => {
+                        // Left the queue without costing the app anything.
+                        engine.record_gate_drop();
                         self.metrics.queue_abandoned.increment(1);
                         return Err(Error::new_down(ErrorType::ConnectionClosed));
                     }
@@ -123,10 +136,12 @@ impl ProxyHttp for Inbound {
             }
         };
 
+        // Without a wait, the arrival is "now" to within microseconds: one clock read fewer.
+        let now = if ctx.queued { Instant::now() } else { ctx.arrival };
         let clock = engine.clock();
         let gate = residence_gate(
             clock.nanos_at(ctx.arrival),
-            engine.now(),
+            clock.nanos_at(now),
             clock.nanos_at(ctx.deadline),
             self.task_timeout.as_nanos() as u64,
         );
@@ -134,12 +149,15 @@ impl ProxyHttp for Inbound {
         {
             if !self.shadow() {
                 drop(slot);
+                // The sample above counted it as dispatched; it never reached the app, so
+                // the goodput law must not count it as capacity.
+                engine.record_gate_drop();
                 return self.refuse(session, ctx, ShedReason::Deadline).await;
             }
             would_shed = true;
         }
         ctx.slot = Some(slot);
-        ctx.dispatched = Some(Instant::now());
+        ctx.dispatched = Some(now);
         ctx.outcome = Some(if would_shed { Outcome::WouldShed } else { Outcome::Admitted });
         Ok(false)
     }
@@ -173,7 +191,7 @@ impl ProxyHttp for Inbound {
         let mut buf = [0u8; 20];
         let ms = deadline::format_ms(remaining, &mut buf);
         if let Ok(v) = HeaderValue::from_bytes(ms) {
-            upstream.insert_header(self.timeout_header.clone(), v)?;
+            upstream.insert_header(self.timeout_header.wire(), v)?;
         }
         if upstream.headers.contains_key(GRPC_TIMEOUT) {
             let grpc = deadline::format_grpc_ms(remaining, &mut buf);
@@ -191,7 +209,7 @@ impl ProxyHttp for Inbound {
         _ctx: &mut RequestCtx,
     ) -> Result<()> {
         let level = self.refusals.level_value(self.shared.engine.level());
-        upstream.insert_header(self.refusals.level_name().clone(), level)?;
+        upstream.insert_header(self.refusals.level_name().wire(), level)?;
         Ok(())
     }
 

@@ -1,35 +1,58 @@
 //! The app's pending queue: at most `max_inflight` requests go to the app at once, at most
-//! `max_queued` wait (FIFO) for a slot. The limit can change at run time (the adaptive limit
-//! that follows will drive it), so it is a semaphore whose permits can be added or retired.
+//! `max_queued` wait for a slot. A freed slot goes to the most important waiting request
+//! (FIFO within one compound priority), and a full queue makes room for a newcomer by
+//! evicting its least important waiter if that one is less important than the newcomer.
+//! During a load step, before the admission level has cut, this keeps the most important
+//! class from waiting (and timing out) behind the backlog of everyone else.
+//!
+//! The order does not change the mean wait: the queue is work-conserving (a slot never
+//! idles while someone waits), so the mean queuing time the detector averages is the same
+//! as FIFO's; only who waits changes. The limit can change at run time (the adaptive limit
+//! that follows will drive it).
+//!
+//! Everything sits behind one short mutex: a free slot costs a lock and a counter, and a
+//! release hands the slot to the next waiter under the same lock, so no newcomer can slip
+//! past the queue.
 
-use std::sync::atomic::{AtomicUsize, Ordering::*};
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use admission_core::Priority;
+
+use waiting::{Outcome, Ticket, Waiting};
+
+mod waiting;
 
 /// The in-flight limit and the bounded queue in front of it.
 #[derive(Debug)]
 pub struct InflightLimit {
-    slots: Arc<Semaphore>,
-    /// The current limit.
-    limit: AtomicUsize,
-    /// Permits still to retire after a decrease that found them in use.
-    retire: AtomicUsize,
-    queued: AtomicUsize,
-    max_queued: AtomicUsize,
+    state: Mutex<State>,
 }
 
-/// A slot to the app; released (or retired, after a decrease) on drop.
+#[derive(Debug)]
+struct State {
+    limit: usize,
+    /// Slots held, including any beyond a lowered limit until they are released.
+    inflight: usize,
+    max_queued: usize,
+    waiting: Waiting,
+}
+
+/// A slot to the app; released on drop (to the next waiter, if any).
 #[derive(Debug)]
 pub struct Slot {
-    permit: Option<OwnedSemaphorePermit>,
     owner: Arc<InflightLimit>,
 }
 
 /// Why no slot was granted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum QueueFull {
-    Full,
+pub enum NoSlot {
+    /// The queue was full of requests at least as important.
+    QueueFull,
+    /// A more important request took this one's place in the full queue.
+    Evicted,
 }
 
 // === impl InflightLimit ===
@@ -37,111 +60,135 @@ pub enum QueueFull {
 impl InflightLimit {
     pub fn new(max_inflight: usize, max_queued: usize) -> Arc<Self> {
         Arc::new(InflightLimit {
-            slots: Arc::new(Semaphore::new(max_inflight)),
-            limit: AtomicUsize::new(max_inflight),
-            retire: AtomicUsize::new(0),
-            queued: AtomicUsize::new(0),
-            max_queued: AtomicUsize::new(max_queued),
+            state: Mutex::new(State {
+                limit: max_inflight.max(1),
+                inflight: 0,
+                max_queued,
+                waiting: Waiting::default(),
+            }),
         })
     }
 
+    fn state(&self) -> MutexGuard<'_, State> {
+        // Nothing under the lock can panic midway; a poisoned lock still holds consistent state.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     pub fn limit(&self) -> usize {
-        self.limit.load(Relaxed)
+        self.state().limit
     }
 
     pub fn max_queued(&self) -> usize {
-        self.max_queued.load(Relaxed)
+        self.state().max_queued
     }
 
     /// Requests waiting for a slot now.
     pub fn queued(&self) -> usize {
-        self.queued.load(Relaxed)
+        self.state().waiting.len()
     }
 
     /// Requests holding a slot now.
     pub fn inflight(&self) -> usize {
-        let limit = self.limit.load(Relaxed) + self.retire.load(Relaxed);
-        limit.saturating_sub(self.slots.available_permits())
+        self.state().inflight
     }
 
-    /// Changes the in-flight limit; effective for the next dispatch. Slots in use beyond a
-    /// lowered limit are retired as their requests finish.
+    /// Changes the in-flight limit; effective at once. Slots in use beyond a lowered limit
+    /// are retired as their requests finish.
     pub fn set_limit(&self, new: usize) {
-        let new = new.max(1);
-        let old = self.limit.swap(new, AcqRel);
-        if new > old {
-            let mut grow = new - old;
-            // Cancel pending retirements first: those slots are still in use.
-            while grow > 0 {
-                let owed = self.retire.load(Acquire);
-                if owed == 0 {
-                    break;
+        let mut state = self.state();
+        state.limit = new.max(1);
+        let mut wake = Vec::new();
+        while state.inflight < state.limit {
+            match state.waiting.grant_most_important() {
+                Some(waker) => {
+                    state.inflight += 1;
+                    wake.extend(waker);
                 }
-                let take = owed.min(grow);
-                if self.retire.compare_exchange(owed, owed - take, AcqRel, Acquire).is_ok() {
-                    grow -= take;
-                }
+                None => break,
             }
-            self.slots.add_permits(grow);
-        } else if old > new {
-            let shrink = old - new;
-            let retired_now = self.slots.forget_permits(shrink);
-            self.retire.fetch_add(shrink - retired_now, AcqRel);
         }
+        drop(state);
+        wake.into_iter().for_each(|w| w.wake());
     }
 
     pub fn set_max_queued(&self, n: usize) {
-        self.max_queued.store(n, Relaxed);
+        self.state().max_queued = n;
     }
 
-    /// A slot right away, without queuing, if one is free.
+    /// A slot right away, without queuing, if one is free and nobody waits for it.
     pub fn try_slot(self: &Arc<Self>) -> Option<Slot> {
-        let permit = self.slots.clone().try_acquire_owned().ok()?;
-        Some(Slot { permit: Some(permit), owner: self.clone() })
+        let mut state = self.state();
+        if state.inflight < state.limit && state.waiting.is_empty() {
+            state.inflight += 1;
+            return Some(Slot { owner: self.clone() });
+        }
+        None
     }
 
-    /// Waits in FIFO order for a slot, or refuses at once when the queue is full.
-    /// Dropping the future (client gone, shutdown) leaves the queue.
-    pub async fn slot(self: &Arc<Self>) -> Result<Slot, QueueFull> {
-        match self.queue(true).await {
-            (Some(slot), _) => Ok(slot),
-            (None, _) => Err(QueueFull::Full),
+    /// Waits for a slot in priority order. A full queue evicts its least important waiter
+    /// for a more important newcomer, and refuses the newcomer otherwise. Dropping the
+    /// future (client gone, shutdown) leaves the queue.
+    pub async fn slot(self: &Arc<Self>, priority: Priority) -> Result<Slot, NoSlot> {
+        let (ticket, evicted) = {
+            let mut state = self.state();
+            if state.inflight < state.limit && state.waiting.is_empty() {
+                state.inflight += 1;
+                return Ok(Slot { owner: self.clone() });
+            }
+            let mut evicted = None;
+            if state.waiting.len() >= state.max_queued {
+                match state.waiting.evict_less_important_than(priority) {
+                    Some(waker) => evicted = waker,
+                    None => return Err(NoSlot::QueueFull),
+                }
+            }
+            (state.waiting.push(priority), evicted)
+        };
+        if let Some(waker) = evicted {
+            waker.wake();
+        }
+        match (Wait { owner: self, ticket: Some(ticket) }).await {
+            Outcome::Granted => Ok(Slot { owner: self.clone() }),
+            Outcome::Evicted => Err(NoSlot::Evicted),
         }
     }
 
     /// Shadow mode: waits for a slot even past `max_queued`; says whether the bound was
-    /// exceeded (the request would have been refused).
-    pub async fn slot_past_bound(self: &Arc<Self>) -> (Slot, bool) {
+    /// exceeded (the request would have been refused, or would have evicted someone).
+    pub async fn slot_past_bound(self: &Arc<Self>, priority: Priority) -> (Slot, bool) {
+        let mut over = false;
         loop {
-            if let (Some(slot), over) = self.queue(false).await {
-                return (slot, over);
+            let ticket = {
+                let mut state = self.state();
+                if state.inflight < state.limit && state.waiting.is_empty() {
+                    state.inflight += 1;
+                    return (Slot { owner: self.clone() }, over);
+                }
+                over |= state.waiting.len() >= state.max_queued;
+                state.waiting.push(priority)
+            };
+            // Only an enforcing waiter evicts; should the mode change meanwhile, queue again.
+            if (Wait { owner: self, ticket: Some(ticket) }).await == Outcome::Granted {
+                return (Slot { owner: self.clone() }, over);
             }
         }
     }
 
-    async fn queue(self: &Arc<Self>, enforce_bound: bool) -> (Option<Slot>, bool) {
-        if let Some(slot) = self.try_slot() {
-            return (Some(slot), false);
+    /// Gives a slot back: to the most important waiter if the limit allows, else free.
+    fn release(&self) {
+        let mut state = self.state();
+        state.inflight -= 1;
+        let mut next = None;
+        if state.inflight < state.limit {
+            if let Some(waker) = state.waiting.grant_most_important() {
+                state.inflight += 1;
+                next = waker;
+            }
         }
-        let waiting = self.queued.fetch_add(1, AcqRel);
-        let _leave = QueuedGuard(&self.queued);
-        let over = waiting >= self.max_queued.load(Relaxed);
-        if over && enforce_bound {
-            return (None, true);
+        drop(state);
+        if let Some(waker) = next {
+            waker.wake();
         }
-        // The semaphore is never closed, so acquiring cannot fail.
-        match self.slots.clone().acquire_owned().await {
-            Ok(permit) => (Some(Slot { permit: Some(permit), owner: self.clone() }), over),
-            Err(_) => (None, over),
-        }
-    }
-}
-
-struct QueuedGuard<'a>(&'a AtomicUsize);
-
-impl Drop for QueuedGuard<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, AcqRel);
     }
 }
 
@@ -149,16 +196,36 @@ impl Drop for QueuedGuard<'_> {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        let Some(permit) = self.permit.take() else { return };
-        let mut owed = self.owner.retire.load(Acquire);
-        while owed > 0 {
-            match self.owner.retire.compare_exchange(owed, owed - 1, AcqRel, Acquire) {
-                Ok(_) => {
-                    permit.forget();
-                    return;
-                }
-                Err(now) => owed = now,
-            }
+        self.owner.release();
+    }
+}
+
+/// One waiter's turn; leaving early (drop) removes it from the queue.
+struct Wait<'a> {
+    owner: &'a Arc<InflightLimit>,
+    ticket: Option<Ticket>,
+}
+
+impl Future for Wait<'_> {
+    type Output = Outcome;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Outcome> {
+        let Some(ticket) = self.ticket else { return Poll::Ready(Outcome::Evicted) };
+        let polled = self.owner.state().waiting.poll(ticket, cx);
+        if polled.is_ready() {
+            self.ticket = None;
+        }
+        polled
+    }
+}
+
+impl Drop for Wait<'_> {
+    fn drop(&mut self) {
+        let Some(ticket) = self.ticket.take() else { return };
+        let left = self.owner.state().waiting.leave(ticket);
+        if left == Some(Outcome::Granted) {
+            // Granted but never taken: pass the slot on.
+            self.owner.release();
         }
     }
 }

@@ -25,6 +25,7 @@ pub mod shared;
 pub mod shutdown;
 pub mod sidecar;
 pub mod telemetry;
+pub mod wire_name;
 
 pub use config::SidecarConfig;
 pub use sidecar::{Shared, Sidecar, StartError};

@@ -9,6 +9,8 @@ use arc_swap::ArcSwap;
 use http::{HeaderName, HeaderValue, StatusCode};
 use pingora::http::ResponseHeader;
 
+use crate::wire_name::WireName;
+
 /// Why a request was refused (the `x-weir-shed` value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ShedReason {
@@ -21,7 +23,7 @@ pub enum ShedReason {
 /// Prebuilt pieces of refusal responses.
 #[derive(Debug)]
 pub struct Refusals {
-    level_name: HeaderName,
+    level_name: WireName,
     shed_name: HeaderName,
     retry_after: HeaderValue,
     pushback_ms: HeaderValue,
@@ -58,6 +60,7 @@ impl ShedReason {
 
 impl Refusals {
     pub fn new(level_name: HeaderName, shed_name: HeaderName, retry_after: Duration) -> Self {
+        let level_name = WireName::new(level_name);
         // retry-after is whole seconds; never 0, which invites an immediate retry.
         let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
         let ms = retry_after.as_millis().max(1) as u64;
@@ -70,7 +73,7 @@ impl Refusals {
         }
     }
 
-    pub fn level_name(&self) -> &HeaderName {
+    pub fn level_name(&self) -> &WireName {
         &self.level_name
     }
 
@@ -90,7 +93,7 @@ impl Refusals {
     ) -> Box<ResponseHeader> {
         let status = if grpc { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
         let mut resp = ResponseHeader::build(status, Some(6)).expect("static status is valid");
-        let _ = resp.insert_header(self.level_name.clone(), self.level_value(level));
+        let _ = resp.insert_header(self.level_name.wire(), self.level_value(level));
         let _ =
             resp.insert_header(self.shed_name.clone(), HeaderValue::from_static(reason.as_str()));
         if grpc {
@@ -109,7 +112,7 @@ impl Refusals {
     pub fn error_response(&self, status: u16, level: AdmissionLevel) -> Box<ResponseHeader> {
         let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
         let mut resp = ResponseHeader::build(status, Some(3)).expect("status is valid");
-        let _ = resp.insert_header(self.level_name.clone(), self.level_value(level));
+        let _ = resp.insert_header(self.level_name.wire(), self.level_value(level));
         let _ = resp.insert_header(http::header::CONTENT_LENGTH, "0");
         Box::new(resp)
     }

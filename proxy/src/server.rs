@@ -17,6 +17,7 @@ use crate::refusal::Refusals;
 use crate::shared::Shared;
 use crate::sidecar::StartError;
 use crate::telemetry::ProxyMetrics;
+use crate::wire_name::WireName;
 
 /// Checks the inbound address is free and resolves port 0 to a concrete free port. Pingora
 /// binds by address string, so the port is released and re-bound by pingora a moment later.
@@ -65,7 +66,7 @@ pub(crate) fn build_server(
             forward_user_id: inbound.forward_user_id,
             default: inbound.default_priority(),
         },
-        timeout_header: header(&names.timeout)?,
+        timeout_header: WireName::new(header(&names.timeout)?),
         entry: inbound.entry,
         task_timeout: inbound.task_timeout,
         overload_max_wait: inbound.overload_max_wait,

@@ -13,7 +13,7 @@ impl Default for InboundConfig {
             max_inflight: 64,
             max_queued: 1024,
             task_timeout: Duration::from_millis(500),
-            overload_max_wait: Duration::from_millis(250),
+            overload_max_wait: Duration::from_millis(100),
             retry_after: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
             entry: false,

@@ -11,7 +11,7 @@ use pingora::{Error, ErrorSource, Result};
 
 use super::{Inbound, RequestCtx, GRPC_TIMEOUT};
 use crate::deadline;
-use crate::inflight::Slot;
+use crate::inflight::{NoSlot, Slot};
 use crate::refusal::ShedReason;
 
 // === impl Inbound ===
@@ -38,7 +38,7 @@ impl Inbound {
             req.headers.get(GRPC_TIMEOUT).and_then(|v| deadline::parse_grpc_timeout(v.as_bytes()));
         grpc.or_else(|| {
             req.headers
-                .get(&self.timeout_header)
+                .get(self.timeout_header.name())
                 .and_then(|v| deadline::parse_timeout_ms(v.as_bytes()))
         })
         .unwrap_or(self.task_timeout)
@@ -63,23 +63,25 @@ impl Inbound {
         self.shared.engine.mode() == admission_core::Mode::Shadow
     }
 
-    /// Waits for an in-flight slot unless the caller leaves first (`None`). In shadow mode a
-    /// full queue does not refuse; the flag says it would have.
+    /// Waits for an in-flight slot in priority order unless the caller leaves first
+    /// (`None`). In shadow mode a full queue neither refuses nor evicts; the flag says it
+    /// would have.
     pub(super) async fn wait_for_slot(
         &self,
         session: &mut Session,
-    ) -> Option<(Option<Slot>, bool)> {
+        priority: Priority,
+    ) -> Option<Result<(Slot, bool), NoSlot>> {
         let limit = &self.shared.limit;
         if self.shadow() {
             tokio::select! {
                 biased;
-                (slot, over) = limit.slot_past_bound() => Some((Some(slot), over)),
+                waited = limit.slot_past_bound(priority) => Some(Ok(waited)),
                 () = caller_gone(session) => None,
             }
         } else {
             tokio::select! {
                 biased;
-                slot = limit.slot() => Some((slot.ok(), false)),
+                slot = limit.slot(priority) => Some(slot.map(|s| (s, false))),
                 () = caller_gone(session) => None,
             }
         }

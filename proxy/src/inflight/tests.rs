@@ -1,9 +1,10 @@
-use std::time::Duration;
-
 use super::*;
 
+const LOW: Priority = Priority { business: 2, user: 0 };
+const HIGH: Priority = Priority { business: 0, user: 0 };
+
 #[tokio::test]
-async fn grants_up_to_the_limit_then_queues_fifo() {
+async fn grants_up_to_the_limit_then_queues_fifo_within_a_priority() {
     let limit = InflightLimit::new(2, 8);
     let a = limit.try_slot().unwrap();
     let _b = limit.try_slot().unwrap();
@@ -11,12 +12,12 @@ async fn grants_up_to_the_limit_then_queues_fifo() {
     assert_eq!(limit.inflight(), 2);
 
     let l1 = limit.clone();
-    let first = tokio::spawn(async move { l1.slot().await.map(|_| 1) });
+    let first = tokio::spawn(async move { l1.slot(LOW).await.map(|_| 1) });
     while limit.queued() < 1 {
         tokio::task::yield_now().await;
     }
     let l2 = limit.clone();
-    let second = tokio::spawn(async move { l2.slot().await.map(|_| 2) });
+    let second = tokio::spawn(async move { l2.slot(LOW).await.map(|_| 2) });
     while limit.queued() < 2 {
         tokio::task::yield_now().await;
     }
@@ -30,11 +31,11 @@ async fn refuses_when_the_queue_is_full() {
     let limit = InflightLimit::new(1, 1);
     let _held = limit.try_slot().unwrap();
     let l = limit.clone();
-    let waiter = tokio::spawn(async move { l.slot().await.is_ok() });
+    let waiter = tokio::spawn(async move { l.slot(LOW).await.is_ok() });
     while limit.queued() < 1 {
         tokio::task::yield_now().await;
     }
-    assert_eq!(limit.slot().await.err(), Some(QueueFull::Full));
+    assert_eq!(limit.slot(LOW).await.err(), Some(NoSlot::QueueFull));
     assert_eq!(limit.queued(), 1, "the refused request did not stay queued");
     waiter.abort();
 }
@@ -44,7 +45,7 @@ async fn leaving_the_queue_frees_its_place() {
     let limit = InflightLimit::new(1, 4);
     let _held = limit.try_slot().unwrap();
     let l = limit.clone();
-    let waiter = tokio::spawn(async move { l.slot().await.is_ok() });
+    let waiter = tokio::spawn(async move { l.slot(LOW).await.is_ok() });
     while limit.queued() < 1 {
         tokio::task::yield_now().await;
     }
@@ -92,8 +93,102 @@ async fn shadow_waits_past_the_bound_and_says_so() {
     let limit = InflightLimit::new(1, 0);
     let held = limit.try_slot().unwrap();
     let l = limit.clone();
-    let waiter = tokio::spawn(async move { l.slot_past_bound().await.1 });
-    tokio::time::sleep(Duration::from_millis(1)).await;
+    let waiter = tokio::spawn(async move { l.slot_past_bound(LOW).await.1 });
+    queued_until(&limit, 1).await;
     drop(held);
     assert!(waiter.await.unwrap(), "over the bound");
+}
+
+/// Yields until `n` requests wait (the spawned waiters have reached the queue).
+async fn queued_until(limit: &InflightLimit, n: usize) {
+    while limit.queued() < n {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// Spawns a waiter that reports `tag` once granted (and holds the slot until `release`).
+fn waiter(
+    limit: &Arc<InflightLimit>,
+    priority: Priority,
+    tag: u32,
+    order: &tokio::sync::mpsc::UnboundedSender<u32>,
+) -> tokio::task::JoinHandle<Result<(), NoSlot>> {
+    let (limit, order) = (limit.clone(), order.clone());
+    tokio::spawn(async move {
+        let slot = limit.slot(priority).await?;
+        let _ = order.send(tag);
+        drop(slot);
+        Ok(())
+    })
+}
+
+#[tokio::test]
+async fn the_most_important_waiter_goes_first() {
+    let limit = InflightLimit::new(1, 8);
+    let held = limit.try_slot().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let mut tasks = Vec::new();
+    // Arrival order: low 1, low 2, high 3, mid 4, high 5.
+    let mid = Priority { business: 1, user: 5 };
+    for (i, p) in [LOW, LOW, HIGH, mid, HIGH].into_iter().enumerate() {
+        tasks.push(waiter(&limit, p, i as u32 + 1, &tx));
+        queued_until(&limit, i + 1).await;
+    }
+    drop(held);
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), Ok(()));
+    }
+    let order: Vec<u32> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+    assert_eq!(order, [3, 5, 4, 1, 2], "priority first, FIFO within one");
+    assert_eq!(limit.inflight(), 0);
+}
+
+#[tokio::test]
+async fn a_full_queue_evicts_the_least_important_for_a_more_important_newcomer() {
+    let limit = InflightLimit::new(1, 2);
+    let held = limit.try_slot().unwrap();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let older = waiter(&limit, LOW, 1, &tx);
+    queued_until(&limit, 1).await;
+    let newer = waiter(&limit, LOW, 2, &tx);
+    queued_until(&limit, 2).await;
+    // Equal priority does not evict.
+    assert_eq!(limit.slot(LOW).await.err(), Some(NoSlot::QueueFull));
+    // A more important newcomer evicts the least important, newest first among equals.
+    let high = waiter(&limit, HIGH, 3, &tx);
+    assert_eq!(newer.await.unwrap(), Err(NoSlot::Evicted));
+    assert_eq!(limit.queued(), 2);
+    drop(held);
+    assert_eq!(high.await.unwrap(), Ok(()));
+    assert_eq!(older.await.unwrap(), Ok(()));
+    let order: Vec<u32> = std::iter::from_fn(|| rx.try_recv().ok()).collect();
+    assert_eq!(order, [3, 1]);
+}
+
+#[tokio::test]
+async fn a_granted_waiter_that_leaves_passes_its_slot_on() {
+    let limit = InflightLimit::new(1, 8);
+    let held = limit.try_slot().unwrap();
+    let first = limit.clone();
+    let mut first = Box::pin(async move { first.slot(HIGH).await.is_ok() });
+    // Poll once so the request is queued, then let it be granted without polling it again.
+    assert!(futures_poll_once(first.as_mut()).await.is_none());
+    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
+    let second = waiter(&limit, LOW, 2, &tx);
+    queued_until(&limit, 2).await;
+    drop(held); // granted to `first`, which never looks
+    drop(first);
+    assert_eq!(second.await.unwrap(), Ok(()));
+    assert_eq!(limit.inflight(), 0);
+}
+
+/// Polls `f` once: its output if ready.
+async fn futures_poll_once<F: Future + Unpin>(mut f: F) -> Option<F::Output> {
+    std::future::poll_fn(|cx| {
+        Poll::Ready(match Pin::new(&mut f).poll(cx) {
+            Poll::Ready(v) => Some(v),
+            Poll::Pending => None,
+        })
+    })
+    .await
 }
