@@ -19,7 +19,7 @@ fn simulate(law: Law, phases: &[f64], classes: u8, seconds: u32) -> Summary {
 }
 
 fn check_overload_targets(load: f64, classes: u8) {
-    let s = simulate(Law::default(), &[load], classes, 40);
+    let s = simulate(Law::Goodput, &[load], classes, 40);
     let ctx = format!("load {load}x, {classes} classes: {s:#?}");
     assert!(s.goodput_ratio >= 0.95, "goodput {:.4}; {ctx}", s.goodput_ratio);
     assert!(s.shed_error_pp.abs() <= 1.0, "shed off by {:.2} pp; {ctx}", s.shed_error_pp);
@@ -63,7 +63,7 @@ fn one_class_at_6x() {
 
 #[test]
 fn shed_lowest_class_first() {
-    let s = simulate(Law::default(), &[1.5], 3, 30);
+    let s = simulate(Law::Goodput, &[1.5], 3, 30);
     let success: Vec<f64> = s.classes.iter().map(|c| c.success).collect();
     assert!(success[0] >= success[1] && success[1] >= success[2], "{success:?}");
     assert!(success[2] < 0.1, "the least important class should carry the cut: {success:?}");
@@ -71,7 +71,7 @@ fn shed_lowest_class_first() {
 
 #[test]
 fn default_law_settles_fast_after_a_step_both_ways() {
-    let s = simulate(Law::default(), &[0.5, 3.0, 0.5], 3, 60);
+    let s = simulate(Law::Goodput, &[0.5, 3.0, 0.5], 3, 60);
     let up = s.settle_windows[0].expect("settles after the step up");
     let down = s.settle_windows[1].expect("settles after the step down");
     assert!(up <= 5, "step up took {up} windows: {s:#?}");
@@ -81,7 +81,7 @@ fn default_law_settles_fast_after_a_step_both_ways() {
 
 #[test]
 fn below_capacity_nothing_is_shed() {
-    let s = simulate(Law::default(), &[0.7], 3, 20);
+    let s = simulate(Law::Goodput, &[0.7], 3, 20);
     assert!(s.shed_fraction < 0.001, "shed {:.4} at 0.7x", s.shed_fraction);
     assert!(s.classes.iter().all(|c| c.success > 0.999), "{:?}", s.classes);
 }
@@ -96,7 +96,7 @@ fn dagor_law_converges_at_3x() {
 
 #[test]
 fn same_seed_same_run() {
-    let a = simulate(Law::default(), &[3.0], 3, 5);
-    let b = simulate(Law::default(), &[3.0], 3, 5);
+    let a = simulate(Law::Goodput, &[3.0], 3, 5);
+    let b = simulate(Law::Goodput, &[3.0], 3, 5);
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
 }

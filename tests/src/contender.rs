@@ -19,7 +19,9 @@ pub enum Kind {
     Nginx,
     /// weir with the paper's law (`law: dagor`).
     WeirDagor,
-    /// weir with its default law.
+    /// weir with the faster law (`law: goodput`).
+    WeirGoodput,
+    /// weir with its shipped default configuration.
     Weir,
 }
 
@@ -30,12 +32,13 @@ impl Kind {
             Kind::Haproxy => "haproxy",
             Kind::Nginx => "nginx",
             Kind::WeirDagor => "weir-dagor",
+            Kind::WeirGoodput => "weir-goodput",
             Kind::Weir => "weir-default",
         }
     }
 
     pub fn is_weir(self) -> bool {
-        matches!(self, Kind::Weir | Kind::WeirDagor)
+        matches!(self, Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput)
     }
 }
 
@@ -84,7 +87,7 @@ impl Contender {
                 let args = vec!["-c".into(), path_arg(&cfg), "-p".into(), path_arg(dir.path())];
                 (require("nginx")?, args)
             }
-            Kind::Weir | Kind::WeirDagor => {
+            Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput => {
                 anyhow::ensure!(
                     opts.weir_bin.is_file(),
                     "{} not found: build it with `cargo build --release -p proxy`",
@@ -251,7 +254,11 @@ pub fn weir_config(
     o: &Options,
 ) -> String {
     // The default law is whatever weir ships with: leave the section out.
-    let law = if kind == Kind::WeirDagor { "admission:\n  law: dagor\n" } else { "" };
+    let law = match kind {
+        Kind::WeirDagor => "admission:\n  law: dagor\n",
+        Kind::WeirGoodput => "admission:\n  law: goodput\n",
+        _ => "",
+    };
     format!(
         "inbound:\n  listen: {listen}\n  app: {backend}\n  max_inflight: {inflight}\n  threads: 1\n\
          {law}\

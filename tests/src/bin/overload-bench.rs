@@ -33,7 +33,7 @@ struct Args {
     /// [default: 0.8,1.5,3,6,10; with --quick 0.8,1.5,3,6].
     #[arg(long, value_delimiter = ',')]
     loads: Option<Vec<f64>>,
-    #[arg(long, value_delimiter = ',', default_values = ["direct", "haproxy", "weir-dagor", "weir"])]
+    #[arg(long, value_delimiter = ',', default_values = ["direct", "haproxy", "weir-dagor", "weir-goodput"])]
     contenders: Vec<Kind>,
     #[arg(long, value_enum, default_value_t = Protocol::Http1)]
     protocol: Protocol,
