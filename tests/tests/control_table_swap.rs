@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use support::backend::Backend;
-use support::client::{bytes_body, empty, Http1};
+use support::client::{bytes_body, empty, Http1, TestClient};
 
 const SWAPS: u64 = 100;
 
@@ -33,7 +33,7 @@ fn table_yaml(version: u64) -> String {
 }
 
 /// PUTs the table for `next` (expecting the current version `next - 1`); returns the status.
-async fn put_table(client: &Http1, admin: std::net::SocketAddr, next: u64) -> u16 {
+async fn put_table(client: &TestClient, admin: std::net::SocketAddr, next: u64) -> u16 {
     let if_match = format!("\"{}\"", next - 1);
     client
         .send(

@@ -47,52 +47,40 @@ pub fn chunked_body(chunks: usize, size: usize) -> Body {
     http_body_util::StreamBody::new(futures_util::stream::iter(frames)).boxed()
 }
 
+/// A pooled hyper client speaking one protocol; built by [`Http1::new`] or [`H2::new`].
 #[derive(Clone)]
-pub struct Http1 {
+pub struct TestClient {
     client: Client<HttpConnector, Body>,
 }
 
-#[derive(Clone)]
-pub struct H2 {
-    client: Client<HttpConnector, Body>,
-}
+/// HTTP/1.1 with keep-alive.
+pub struct Http1;
 
-impl Default for Http1 {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// HTTP/2 with prior knowledge (h2c).
+pub struct H2;
 
 impl Http1 {
-    pub fn new() -> Self {
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> TestClient {
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(Duration::from_secs(30))
             .build(HttpConnector::new());
-        Http1 { client }
-    }
-
-    pub async fn get(&self, url: &str, headers: &[(&str, &str)]) -> Resp {
-        self.send(Method::GET, url, headers, empty()).await.expect("request completes")
-    }
-
-    pub async fn send(
-        &self,
-        method: Method,
-        url: &str,
-        headers: &[(&str, &str)],
-        body: Body,
-    ) -> Result<Resp, String> {
-        send(&self.client, method, url, headers, body).await
+        TestClient { client }
     }
 }
 
 impl H2 {
-    pub fn new() -> Self {
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new() -> TestClient {
         let client =
             Client::builder(TokioExecutor::new()).http2_only(true).build(HttpConnector::new());
-        H2 { client }
+        TestClient { client }
     }
+}
 
+// === impl TestClient ===
+
+impl TestClient {
     pub async fn get(&self, url: &str, headers: &[(&str, &str)]) -> Resp {
         self.send(Method::GET, url, headers, empty()).await.expect("request completes")
     }
@@ -105,12 +93,6 @@ impl H2 {
         body: Body,
     ) -> Result<Resp, String> {
         send(&self.client, method, url, headers, body).await
-    }
-}
-
-impl Default for H2 {
-    fn default() -> Self {
-        Self::new()
     }
 }
 
