@@ -1,5 +1,6 @@
 //! SVG plots of the overload benchmark (plotters).
 
+use plotters::coord::types::RangedCoordf64;
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
@@ -8,6 +9,7 @@ use crate::load::SecondReport;
 use crate::scenario::BenchResult;
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
@@ -36,6 +38,35 @@ fn contenders(r: &BenchResult) -> Vec<String> {
         }
     }
     names
+}
+
+/// One labelled line in `color`, with its legend entry.
+fn line(
+    chart: &mut Chart<'_, '_>,
+    points: Vec<(f64, f64)>,
+    label: &str,
+    color: RGBColor,
+) -> anyhow::Result<()> {
+    chart
+        .draw_series(LineSeries::new(points, color.stroke_width(2)))
+        .map_err(err)?
+        .label(label)
+        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
+    Ok(())
+}
+
+/// The legend box every plot uses.
+fn legend<'a, 'b: 'a>(
+    chart: &mut Chart<'a, 'b>,
+    position: SeriesLabelPosition,
+) -> anyhow::Result<()> {
+    chart
+        .configure_series_labels()
+        .position(position)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)
 }
 
 fn err(e: impl std::fmt::Display) -> anyhow::Error {
@@ -87,22 +118,12 @@ fn goodput(r: &BenchResult, path: &Path) -> anyhow::Result<()> {
             .map(|l| (l.multiple, l.goodput_ratio))
             .collect();
         let c = color_of(name);
-        chart
-            .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))
-            .map_err(err)?
-            .label(name.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        line(&mut chart, points.clone(), name, c)?;
         chart
             .draw_series(points.into_iter().map(|p| Circle::new(p, 4, c.filled())))
             .map_err(err)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::LowerLeft)?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -147,19 +168,9 @@ fn class_panel(r: &BenchResult, name: &str, panel: &Area<'_>) -> anyhow::Result<
             .filter_map(|l| l.classes.get(i).map(|c| (l.multiple, c.success_ratio())))
             .collect();
         let c = color(i);
-        chart
-            .draw_series(LineSeries::new(points, c.stroke_width(2)))
-            .map_err(err)?
-            .label(class.as_str())
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        line(&mut chart, points, class.as_str(), c)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerLeft)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::LowerLeft)?;
     Ok(())
 }
 
@@ -238,18 +249,8 @@ fn time_panel(
     chart.configure_mesh().x_desc("seconds").y_desc(y_desc).draw().map_err(err)?;
     for (name, points) in lines {
         let c = color_of(&name);
-        chart
-            .draw_series(LineSeries::new(points, c.stroke_width(2)))
-            .map_err(err)?
-            .label(name)
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        line(&mut chart, points, &name, c)?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(err)?;
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())
 }
