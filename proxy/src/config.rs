@@ -66,6 +66,56 @@ pub struct InboundConfig {
     /// ids that are recycled, so a later server can pick up a finished server's runtime.
     pub work_stealing: bool,
     pub headers: HeaderNames,
+    /// Which data plane serves the inbound role (temporary, for the side-by-side).
+    pub data_plane: DataPlane,
+    /// Accepted connections at once; beyond that, new ones are closed at once.
+    pub max_connections: usize,
+    /// One connection's share of the pending queue (so one h2 connection cannot fill it).
+    pub max_queued_per_connection: usize,
+    pub h2: H2Config,
+    pub timeouts: InboundTimeouts,
+}
+
+/// The HTTP stack that carries the inbound role.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataPlane {
+    /// hyper 1 + h2.
+    #[default]
+    Hyper,
+    /// pingora 0.9.
+    Pingora,
+}
+
+/// HTTP/2 settings towards callers.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct H2Config {
+    /// Streams one caller connection may have open at once.
+    pub max_concurrent_streams: u32,
+}
+
+/// Every wait on a caller's connection or on the app, named (all must be greater than zero).
+/// The app's response itself is bounded by the request's remaining budget, not by a setting.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct InboundTimeouts {
+    /// From accept (or the end of the previous request) to a complete request head,
+    /// including the h2c preface detection.
+    #[serde(with = "humantime_serde")]
+    pub header_read: Duration,
+    /// A connection with no request in flight is closed after this.
+    #[serde(with = "humantime_serde")]
+    pub idle: Duration,
+    /// Longest gap while reading a request body.
+    #[serde(with = "humantime_serde")]
+    pub body_read: Duration,
+    /// Longest time without progress writing a response to the caller.
+    #[serde(with = "humantime_serde")]
+    pub write: Duration,
+    /// TCP connect to the app.
+    #[serde(with = "humantime_serde")]
+    pub app_connect: Duration,
 }
 
 /// Protocol towards the app.
@@ -197,6 +247,26 @@ impl SidecarConfig {
         }
         if i.listen == i.app {
             return bad("inbound.app", "must differ from inbound.listen");
+        }
+        if i.max_connections == 0 {
+            return bad("inbound.max_connections", "must be at least 1");
+        }
+        if i.max_queued_per_connection == 0 {
+            return bad("inbound.max_queued_per_connection", "must be at least 1");
+        }
+        if i.h2.max_concurrent_streams == 0 {
+            return bad("inbound.h2.max_concurrent_streams", "must be at least 1");
+        }
+        for (field, value) in [
+            ("inbound.timeouts.header_read", i.timeouts.header_read),
+            ("inbound.timeouts.idle", i.timeouts.idle),
+            ("inbound.timeouts.body_read", i.timeouts.body_read),
+            ("inbound.timeouts.write", i.timeouts.write),
+            ("inbound.timeouts.app_connect", i.timeouts.app_connect),
+        ] {
+            if value.is_zero() {
+                return bad(field, "must be greater than zero");
+            }
         }
         if let Some(p) = &i.default_priority {
             if AdmissionLevel::parse(p.as_bytes()).is_err() {

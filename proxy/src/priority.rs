@@ -7,7 +7,7 @@ use std::time::Duration;
 use admission_core::priority::{parse_business, parse_user, HeaderValueError, MAX_USER};
 use admission_core::table::{CompiledTable, RequestView};
 use admission_core::Priority;
-use http::{HeaderName, HeaderValue};
+use http::{HeaderMap, HeaderName, HeaderValue};
 use pingora::http::RequestHeader;
 
 use crate::telemetry::InvalidReason;
@@ -41,9 +41,9 @@ impl PriorityHeaders {
 
     /// Inner hop: the caller's headers. A bad business header means the whole default; a
     /// bad user header keeps the business level and takes the default user level.
-    pub fn read(&self, req: &RequestHeader, default: Priority) -> ReadPriority {
-        let business = single(req, &self.business).and_then(parse_business_header);
-        let user = single(req, &self.user).and_then(parse_user_header);
+    pub fn read(&self, headers: &HeaderMap, default: Priority) -> ReadPriority {
+        let business = single(headers, &self.business).and_then(parse_business_header);
+        let user = single(headers, &self.user).and_then(parse_user_header);
         match (business, user) {
             (Ok(business), Ok(user)) => {
                 ReadPriority { priority: Priority { business, user }, invalid: None }
@@ -81,8 +81,8 @@ impl PriorityHeaders {
     }
 }
 
-fn single<'a>(req: &'a RequestHeader, name: &HeaderName) -> Result<&'a [u8], InvalidReason> {
-    let mut values = req.headers.get_all(name).iter();
+fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<&'a [u8], InvalidReason> {
+    let mut values = headers.get_all(name).iter();
     let first = values.next().ok_or(InvalidReason::Missing)?;
     if values.next().is_some() {
         return Err(InvalidReason::Repeated);

@@ -2,7 +2,10 @@
 
 use std::time::Duration;
 
-use super::{AppProtocol, HeaderNames, InboundConfig, LogConfig, LogFormat};
+use super::{
+    AppProtocol, DataPlane, H2Config, HeaderNames, InboundConfig, InboundTimeouts, LogConfig,
+    LogFormat,
+};
 
 impl Default for InboundConfig {
     fn default() -> Self {
@@ -22,6 +25,29 @@ impl Default for InboundConfig {
             threads: 0,
             work_stealing: false,
             headers: HeaderNames::default(),
+            data_plane: DataPlane::Hyper,
+            max_connections: 10_000,
+            max_queued_per_connection: 64,
+            h2: H2Config::default(),
+            timeouts: InboundTimeouts::default(),
+        }
+    }
+}
+
+impl Default for H2Config {
+    fn default() -> Self {
+        H2Config { max_concurrent_streams: 256 }
+    }
+}
+
+impl Default for InboundTimeouts {
+    fn default() -> Self {
+        InboundTimeouts {
+            header_read: Duration::from_secs(10),
+            idle: Duration::from_secs(60),
+            body_read: Duration::from_secs(10),
+            write: Duration::from_secs(10),
+            app_connect: Duration::from_secs(1),
         }
     }
 }

@@ -82,3 +82,27 @@ fn shipped_examples_parse() {
         }
     }
 }
+
+#[test]
+fn connection_settings_have_documented_defaults_and_are_validated() {
+    let c = SidecarConfig::load(None).unwrap();
+    assert_eq!(c.inbound.max_connections, 10_000);
+    assert_eq!(c.inbound.max_queued_per_connection, 64);
+    assert_eq!(c.inbound.h2.max_concurrent_streams, 256);
+    assert_eq!(c.inbound.timeouts.header_read, Duration::from_secs(10));
+    assert_eq!(c.inbound.timeouts.app_connect, Duration::from_secs(1));
+    for (yaml, field) in [
+        ("inbound:\n  timeouts: { header_read: 0s }\n", "inbound.timeouts.header_read"),
+        ("inbound:\n  timeouts: { idle: 0s }\n", "inbound.timeouts.idle"),
+        ("inbound:\n  timeouts: { body_read: 0s }\n", "inbound.timeouts.body_read"),
+        ("inbound:\n  timeouts: { write: 0s }\n", "inbound.timeouts.write"),
+        ("inbound:\n  timeouts: { app_connect: 0ms }\n", "inbound.timeouts.app_connect"),
+        ("inbound:\n  max_connections: 0\n", "inbound.max_connections"),
+        ("inbound:\n  max_queued_per_connection: 0\n", "inbound.max_queued_per_connection"),
+        ("inbound:\n  h2: { max_concurrent_streams: 0 }\n", "inbound.h2.max_concurrent_streams"),
+    ] {
+        assert_eq!(SidecarConfig::from_yaml(yaml).unwrap_err().field, field, "{yaml}");
+    }
+    let e = SidecarConfig::from_yaml("inbound:\n  data_plane: nginx\n").unwrap_err();
+    assert_eq!(e.field, "inbound.data_plane", "{e}");
+}

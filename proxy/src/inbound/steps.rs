@@ -24,7 +24,7 @@ impl Inbound {
             return self.priority.stamp(session.req_header_mut(), &table, unix);
         }
         let default = self.priority.default_priority(&table);
-        let read = self.priority.read(session.req_header(), default);
+        let read = self.priority.read(&session.req_header().headers, default);
         if let Some(reason) = read.invalid {
             self.metrics.header_invalid(reason).increment(1);
         }

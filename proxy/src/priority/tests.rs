@@ -26,7 +26,7 @@ const DEFAULT: Priority = Priority { business: 200, user: 127 };
 #[test]
 fn reads_well_formed_headers() {
     let req = request("GET", "/", &[("x-business-priority", "3"), ("x-user-priority", "77")]);
-    let read = headers().read(&req, DEFAULT);
+    let read = headers().read(&req.headers, DEFAULT);
     assert_eq!(read, ReadPriority { priority: Priority { business: 3, user: 77 }, invalid: None });
 }
 
@@ -41,7 +41,7 @@ fn missing_or_malformed_business_falls_back_whole() {
         (vec![("x-business-priority", "1"), ("x-business-priority", "2")], InvalidReason::Repeated),
     ] {
         let req = request("GET", "/", &pairs);
-        let read = headers().read(&req, DEFAULT);
+        let read = headers().read(&req.headers, DEFAULT);
         assert_eq!(read, ReadPriority { priority: DEFAULT, invalid: Some(reason) }, "{pairs:?}");
     }
 }
@@ -49,7 +49,7 @@ fn missing_or_malformed_business_falls_back_whole() {
 #[test]
 fn malformed_user_keeps_business() {
     let req = request("GET", "/", &[("x-business-priority", "4"), ("x-user-priority", "128")]);
-    let read = headers().read(&req, DEFAULT);
+    let read = headers().read(&req.headers, DEFAULT);
     assert_eq!(read.priority, Priority { business: 4, user: 127 });
     assert_eq!(read.invalid, Some(InvalidReason::OutOfRange));
 }
