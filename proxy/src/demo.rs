@@ -1,7 +1,7 @@
 //! `weir demo`: one command that shows weir under overload on any machine.
 //!
 //! It starts, all in this process on 127.0.0.1 ephemeral ports, a capacity-model app
-//! (`weir_harness::backend`), a sidecar in front of it ([`crate::Sidecar`]) and an
+//! (`weir_workload::backend`), a sidecar in front of it ([`crate::Sidecar`]) and an
 //! open-loop load of three business classes that steps 0.5x -> 3x -> 0.5x the app's
 //! capacity, shows a live view (admission level, queuing time, per-class admitted and
 //! refused per second) and ends with a summary table.
@@ -17,9 +17,9 @@ use std::net::SocketAddr;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use weir_harness::backend::{BackendConfig, CapacityBackend};
-use weir_harness::load::{LoadReport, LoadRun, LoadSpec, Phase, SecondReport};
-use weir_harness::status::StatusSample;
+use weir_workload::backend::{BackendConfig, CapacityBackend};
+use weir_workload::load::{LoadReport, LoadRun, LoadSpec, Phase, SecondReport};
+use weir_workload::status::StatusSample;
 
 use crate::config::SidecarConfig;
 use crate::sidecar::Sidecar;
@@ -94,7 +94,7 @@ pub fn execute(args: &DemoArgs) -> Result<LoadReport, String> {
     let report = runtime.block_on(async {
         let run = LoadRun::start(spec).map_err(|e| e.to_string())?;
         let mut view = View { plain, classes: &classes, drawn: 0, total: args.seconds };
-        let client = weir_harness::status::admin_client();
+        let client = weir_workload::status::admin_client();
         // Tick just after each second's requests have all finished (deadline 500 ms).
         let start = tokio::time::Instant::now();
         let mut tick =
@@ -102,7 +102,7 @@ pub fn execute(args: &DemoArgs) -> Result<LoadReport, String> {
         for second in 0..args.seconds {
             tick.tick().await;
             let status =
-                weir_harness::status::fetch(&client, sidecar.admin_addr(), second as f64).await;
+                weir_workload::status::fetch(&client, sidecar.admin_addr(), second as f64).await;
             let series = run.recorder().series();
             view.draw(second, args.seconds, capacity, series.get(second as usize), status.as_ref());
         }
@@ -136,11 +136,10 @@ impl View<'_> {
         status: Option<&StatusSample>,
     ) {
         let multiple = STEP[((second * 3) / total.max(1)).min(2) as usize];
-        let level = status.and_then(|s| s.level_text.clone()).unwrap_or_else(|| "?".into());
-        let overloaded =
-            status.and_then(|s| s.overloaded).map_or("?", |o| if o { "yes" } else { "no" });
+        let level = status.map_or_else(|| "?".into(), |s| s.doc.level.clone());
+        let overloaded = status.map_or("?", |s| if s.doc.overloaded { "yes" } else { "no" });
         let queuing =
-            status.and_then(|s| s.mean_queuing_ms).map_or("-".into(), |q| format!("{q:.1} ms"));
+            status.and_then(|s| s.doc.mean_queuing_ms).map_or("-".into(), |q| format!("{q:.1} ms"));
         let count = |v: Option<&Vec<u64>>, i: usize| v.and_then(|v| v.get(i)).copied().unwrap_or(0);
         let mut out = String::new();
         if self.plain {

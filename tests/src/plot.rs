@@ -220,7 +220,7 @@ fn step(r: &BenchResult, path: &Path) -> anyhow::Result<()> {
             let points = s
                 .status
                 .iter()
-                .filter_map(|p| Some((p.at_secs, (p.level? as f64 / 128.0).min(3.0))))
+                .filter_map(|p| Some((p.at_secs, (p.level() as f64 / 128.0).min(3.0))))
                 .collect();
             (s.contender.clone(), points)
         })

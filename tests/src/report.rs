@@ -1,18 +1,11 @@
 //! Markdown tables, machine facts and serde helpers for the benchmark outputs.
 
-use serde::{Serialize, Serializer};
+use serde::Serialize;
 use std::fmt::Write as _;
-use std::time::Duration;
 
 use crate::scenario::{analysis_fmt, BenchResult};
 
-pub fn ser_millis<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64() * 1000.0)
-}
-
-pub fn ser_secs<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
-    s.serialize_f64(d.as_secs_f64())
-}
+pub use weir_workload::{ser_millis, ser_secs};
 
 /// What the numbers were measured on.
 #[derive(Clone, Debug, Serialize)]

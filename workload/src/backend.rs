@@ -25,7 +25,7 @@ mod tests;
 #[derive(Clone, Debug, Serialize)]
 pub struct BackendConfig {
     pub workers: usize,
-    #[serde(serialize_with = "crate::report::ser_millis")]
+    #[serde(serialize_with = "crate::ser_millis")]
     pub service_time: Duration,
     /// Burn CPU for the service time instead of sleeping (models a CPU-bound app; on a
     /// 2-core machine it competes with everything else, so the sleeping model is the default).

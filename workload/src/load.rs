@@ -45,7 +45,7 @@ pub struct ClassSpec {
 #[derive(Clone, Copy, Debug, Serialize)]
 pub struct Phase {
     pub rate_per_sec: f64,
-    #[serde(serialize_with = "crate::report::ser_secs")]
+    #[serde(serialize_with = "crate::ser_secs")]
     pub duration: Duration,
 }
 

@@ -1,14 +1,15 @@
 //! Polling weir's admin `GET /v1/status` during a run (level, overloaded, queuing time).
 //!
-//! The JSON is read leniently (`engine.level` as "B.U", a compound number or
-//! `{business, user}`), so the harness keeps working while the API's shape settles.
+//! The document is read through control-api's typed [`StatusDoc`], the one reader of
+//! status in the workspace: a change of its shape breaks this crate's build, not a
+//! benchmark's numbers.
 
 use bytes::Bytes;
+use control_api::StatusDoc;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
-use serde_json::Value;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,63 +18,29 @@ use tokio::time::Instant;
 #[cfg(test)]
 mod tests;
 
-#[derive(Clone, Debug, Default, Serialize)]
+/// One poll of `/v1/status`, stamped with when it was taken.
+#[derive(Clone, Debug, Serialize)]
 pub struct StatusSample {
     /// Seconds since the poller started.
     pub at_secs: f64,
-    /// Compound level B*128+U (32767 = fully open).
-    pub level: Option<u32>,
-    pub level_text: Option<String>,
-    pub overloaded: Option<bool>,
-    pub mean_queuing_ms: Option<f64>,
-    pub queue_depth: Option<u64>,
-    pub inflight: Option<u64>,
+    pub doc: StatusDoc,
 }
 
 impl StatusSample {
-    /// Reads control-api's flat `StatusDoc` (`level`, `level_compound`, `overloaded`,
-    /// `mean_queuing_ms`, `queue_depth`) and, leniently, an `engine: {..}` nesting.
     pub fn parse(at_secs: f64, body: &[u8]) -> Option<Self> {
-        let json: Value = serde_json::from_slice(body).ok()?;
-        let doc = json.get("engine").unwrap_or(&json);
-        let level = doc.get("level");
-        let window = doc.get("last_window").or_else(|| doc.get("window")).filter(|w| !w.is_null());
-        let nanos_in_window = window.and_then(|w| w.get("mean_queuing_ns")).and_then(Value::as_f64);
-        Some(StatusSample {
-            at_secs,
-            level: doc
-                .get("level_compound")
-                .and_then(compound_level)
-                .or_else(|| level.and_then(compound_level)),
-            level_text: level.map(|l| match l {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            }),
-            overloaded: doc.get("overloaded").and_then(Value::as_bool),
-            mean_queuing_ms: doc
-                .get("mean_queuing_ms")
-                .and_then(Value::as_f64)
-                .or_else(|| nanos_in_window.map(|ns| ns / 1e6)),
-            queue_depth: json.get("queue_depth").and_then(Value::as_u64),
-            inflight: json.get("inflight").and_then(Value::as_u64),
-        })
+        let doc = serde_json::from_slice::<StatusDoc>(body).ok()?;
+        Some(StatusSample { at_secs, doc })
     }
-}
 
-/// "3.64", 448, or {"business":3,"user":64}.
-pub fn compound_level(v: &Value) -> Option<u32> {
-    match v {
-        Value::Number(n) => n.as_u64().map(|n| n as u32),
-        Value::String(s) => {
-            let (b, u) = s.split_once('.')?;
-            Some(b.trim().parse::<u32>().ok()? * 128 + u.trim().parse::<u32>().ok()?)
-        }
-        Value::Object(o) => {
-            let b = o.get("business")?.as_u64()? as u32;
-            let u = o.get("user")?.as_u64()? as u32;
-            Some(b * 128 + u)
-        }
-        _ => None,
+    /// Compound level B*128+U (32767 = fully open).
+    pub fn level(&self) -> u32 {
+        u32::from(self.doc.level_compound)
+    }
+
+    /// The in-flight limit in front of the app (the adaptive limit when it is on, the
+    /// fixed `max_inflight` otherwise).
+    pub fn inflight_limit(&self) -> u64 {
+        self.doc.max_inflight
     }
 }
 
