@@ -34,11 +34,28 @@ pub enum Command {
     Table {
         #[command(flatten)]
         client: ClientArgs,
+        /// Check the file here instead of asking a sidecar (only with `validate`).
+        #[arg(long, global = true)]
+        offline: bool,
         #[command(subcommand)]
         command: TableCommand,
     },
     /// Show the priority distribution and inflation findings.
     Audit(ClientArgs),
+    /// Serve the Kubernetes sidecar-injection webhook (mutating admission, HTTPS).
+    Inject(weir_inject::cli::InjectArgs),
+    /// Check a configuration file offline.
+    Config {
+        #[command(subcommand)]
+        command: ConfigCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Parse and validate FILE exactly as `weir run --config FILE` would, without serving:
+    /// exit 0, or 64 with one line naming the field.
+    Check { file: PathBuf },
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -96,8 +113,53 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Exit
         Command::Run(args) => run(args),
         Command::Demo(args) => crate::demo::run(args),
         Command::Status(client) => control_api::cli::status(&client),
-        Command::Table { client, command } => control_api::cli::table(&client, command),
+        Command::Table { offline: true, command: TableCommand::Validate { file }, .. } => {
+            table_validate_offline(&file)
+        }
+        Command::Table { offline: true, .. } => {
+            eprintln!("weir: --offline: only `weir table validate --offline FILE` works without a sidecar");
+            ExitCode::from(EXIT_USAGE)
+        }
+        Command::Table { client, command, .. } => control_api::cli::table(&client, command),
         Command::Audit(client) => control_api::cli::audit(&client),
+        Command::Inject(args) => {
+            telemetry::init_logging(&crate::config::LogConfig::default());
+            weir_inject::cli::run(args)
+        }
+        Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
+    }
+}
+
+/// `weir config check FILE`: the same load and validation as `weir run --config FILE`.
+pub fn config_check(file: &std::path::Path) -> ExitCode {
+    match SidecarConfig::load(Some(file)) {
+        Ok(_) => {
+            println!("{}: ok", file.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("weir: {e}");
+            ExitCode::from(EXIT_USAGE)
+        }
+    }
+}
+
+/// `weir table validate --offline FILE`: the same parse and compile as `weir run` applies to
+/// its table file, without a sidecar.
+pub fn table_validate_offline(file: &std::path::Path) -> ExitCode {
+    let checked = control_api::read_table_file(file)
+        .map_err(|e| e.to_string())
+        .and_then(|(table, _)| table.compile().map_err(|e| e.to_string()));
+    match checked {
+        Ok(compiled) => {
+            println!("{}: ok (version {})", file.display(), compiled.version());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            let line = e.lines().next().unwrap_or("invalid table").to_string();
+            eprintln!("weir: {line}");
+            ExitCode::from(EXIT_USAGE)
+        }
     }
 }
 
