@@ -27,4 +27,5 @@ pub use controller::{Controller, OverloadDetector, WindowSummary, Zone};
 pub use engine::{AdmissionEngine, Decision, EngineStatus};
 pub use gate::{residence_gate, GateDecision};
 pub use priority::{AdmissionLevel, HeaderValueError, Priority};
+pub use table::FieldError;
 pub use user_hash::UserPriorityHasher;

@@ -16,6 +16,7 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 
 use crate::priority::{Priority, COMPOUND_LEVELS, USER_LEVELS};
+use crate::table::FieldError;
 
 /// How sizes turn into priorities. Part of the priority table (`size_grade:`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,13 +47,8 @@ impl Default for SizeGradeConfig {
     }
 }
 
-/// One invalid setting, named by its field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct SizeGradeError {
-    pub field: &'static str,
-    pub message: String,
-}
+/// One invalid setting, named by its field (`min_bytes`, relative to `size_grade`).
+pub type SizeGradeError = FieldError;
 
 /// A validated [`SizeGradeConfig`], ready for the request path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +75,7 @@ impl SizeGradeConfig {
 impl SizeGrade {
     pub fn new(config: &SizeGradeConfig) -> Result<Self, Vec<SizeGradeError>> {
         let mut errs = Vec::new();
-        let mut bad = |field, message: String| errs.push(SizeGradeError { field, message });
+        let mut bad = |field, message: String| errs.push(FieldError::new(field, message));
         if !config.min_bytes.is_power_of_two() {
             bad("min_bytes", format!("must be a power of two, got {}", config.min_bytes));
         }
@@ -102,7 +98,7 @@ impl SizeGrade {
             let classes = grades.div_ceil(USER_LEVELS as usize);
             let message =
                 format!("{grades} grades need {classes} business classes from here, past 255");
-            return Err(vec![SizeGradeError { field: "business", message }]);
+            return Err(vec![FieldError::new("business", message)]);
         }
         Ok(SizeGrade {
             base: base as u16,

@@ -11,7 +11,8 @@ use serde::Serialize;
 
 use crate::error::ControlError;
 use crate::metrics::{render, Scrape};
-use crate::server::{body_response, etag, json_response, ControlPlane};
+use crate::response::{body_response, etag, json_response};
+use crate::server::ControlPlane;
 use crate::status::StatusDoc;
 
 pub(crate) const TABLE: &str = "/v1/priority-table";

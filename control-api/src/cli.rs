@@ -16,6 +16,7 @@ use std::process::ExitCode;
 use ::http::Method;
 
 use crate::source::parse_table;
+use crate::status::StatusDoc;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
@@ -77,7 +78,8 @@ pub fn status_text(args: &ClientArgs) -> Result<String, CliError> {
     if args.json {
         return Ok(reply.body);
     }
-    render::status(&json(&reply.body)?)
+    // The typed document the server writes: one definition of /v1/status.
+    render::status(&json::<StatusDoc>(&reply.body)?)
 }
 
 /// What `weir audit` prints.
@@ -86,7 +88,7 @@ pub fn audit_text(args: &ClientArgs) -> Result<String, CliError> {
     if args.json {
         return Ok(reply.body);
     }
-    render::audit(&json(&reply.body)?)
+    render::audit(&json::<serde_json::Value>(&reply.body)?)
 }
 
 /// What `weir table ...` prints.
@@ -107,7 +109,7 @@ pub fn table_text(args: &ClientArgs, command: &TableCommand) -> Result<String, C
             if args.json {
                 return Ok(reply.body);
             }
-            let v = json(&reply.body)?;
+            let v: serde_json::Value = json(&reply.body)?;
             Ok(format!(
                 "{}: valid ({} rules; least important business class {})\n",
                 file.display(),
@@ -156,7 +158,7 @@ fn put(args: &ClientArgs, file: &Path, if_match: Option<u64>) -> Result<String, 
     if args.json {
         return Ok(reply.body);
     }
-    let v = json(&reply.body)?;
+    let v: serde_json::Value = json(&reply.body)?;
     Ok(format!("accepted: the table is now version {} ({} rules)\n", v["version"], v["rules"]))
 }
 

@@ -5,9 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use admission_core::audit::InflationPolicy;
+use admission_core::FieldError;
 use serde::{Deserialize, Serialize};
-
-use crate::error::ControlError;
 
 /// Default admin address: loopback only.
 pub const DEFAULT_ADMIN_ADDR: SocketAddr =
@@ -28,8 +27,12 @@ pub struct AdminConfig {
     pub state_path: Option<PathBuf>,
     /// A mounted table file (ConfigMap), watched and hot-reloaded.
     pub table_file: Option<PathBuf>,
-    /// Secret keying the user-priority hash; shared by all entry sidecars.
+    /// Secret keying the user-priority hash; shared by all entry sidecars. The entry role
+    /// refuses to start without it: with an empty key anyone can compute which user ids
+    /// land on a favourable level.
     pub user_secret_file: Option<PathBuf>,
+    /// Lets the entry role start without `user_secret_file` (demos and tests only).
+    pub allow_empty_user_secret: bool,
     pub inflation: InflationPolicy,
     /// How often the table file is re-read and compared.
     #[serde(with = "humantime_serde")]
@@ -37,6 +40,28 @@ pub struct AdminConfig {
     /// How often the audit counters are sampled for the 1 min / 10 min windows.
     #[serde(with = "humantime_serde")]
     pub audit_sample_interval: Duration,
+    pub timeouts: AdminTimeouts,
+    /// Table parses and validations running at once (each on the blocking pool, off the
+    /// thread that answers probes); more are answered 503 at once.
+    pub max_concurrent_table_checks: usize,
+}
+
+/// Bounds on what one admin connection may hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AdminTimeouts {
+    /// From accept (or the end of the previous request) to a complete request head.
+    #[serde(with = "humantime_serde")]
+    pub header_read: Duration,
+    /// Longest a request body may take to arrive in full.
+    #[serde(with = "humantime_serde")]
+    pub body_read: Duration,
+}
+
+impl Default for AdminTimeouts {
+    fn default() -> Self {
+        AdminTimeouts { header_read: Duration::from_secs(10), body_read: Duration::from_secs(10) }
+    }
 }
 
 impl Default for AdminConfig {
@@ -49,9 +74,12 @@ impl Default for AdminConfig {
             state_path: None,
             table_file: None,
             user_secret_file: None,
+            allow_empty_user_secret: false,
             inflation: InflationPolicy::default(),
             table_poll_interval: Duration::from_millis(500),
             audit_sample_interval: Duration::from_secs(10),
+            timeouts: AdminTimeouts::default(),
+            max_concurrent_table_checks: 2,
         }
     }
 }
@@ -59,40 +87,59 @@ impl Default for AdminConfig {
 // === impl AdminConfig ===
 
 impl AdminConfig {
-    /// Checks the settings that serde cannot; names the field.
-    pub fn validate(&self) -> Result<(), ControlError> {
-        let bad =
-            |field: &str, msg: String| Err(ControlError::Config(format!("admin.{field}: {msg}")));
-        if self.max_body_bytes == 0 {
-            return bad("max_body_bytes", "must be greater than 0".into());
+    /// Checks the settings that serde cannot. The path is relative to this section
+    /// (`max_body_bytes`); the sidecar config prefixes `admin.`.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let bad = |field: &str, message: &str| Err(FieldError::new(field, message));
+        if self.max_body_bytes == 0 || self.max_body_bytes > MAX_BODY_BYTES {
+            return bad("max_body_bytes", "must be within 1..=1048576 (1 MiB)");
         }
-        if self.table_poll_interval < Duration::from_millis(10) {
-            return bad("table_poll_interval", "must be at least 10ms".into());
+        if self.table_poll_interval < Duration::from_millis(10)
+            || self.table_poll_interval > Duration::from_secs(3600)
+        {
+            return bad("table_poll_interval", "must be within 10ms..=1h");
         }
         if self.audit_sample_interval < Duration::from_millis(100)
             || self.audit_sample_interval > Duration::from_secs(60)
         {
-            return bad("audit_sample_interval", "must be within 100ms..=60s".into());
+            return bad("audit_sample_interval", "must be within 100ms..=60s");
+        }
+        for (field, d) in [
+            ("timeouts.header_read", self.timeouts.header_read),
+            ("timeouts.body_read", self.timeouts.body_read),
+        ] {
+            if d < Duration::from_millis(10) || d > Duration::from_secs(300) {
+                return bad(field, "must be within 10ms..=5m");
+            }
+        }
+        if !(1..=64).contains(&self.max_concurrent_table_checks) {
+            return bad("max_concurrent_table_checks", "must be within 1..=64");
         }
         if let Err(e) = self.inflation.validate() {
-            return bad("inflation", e);
+            return Err(FieldError::new("inflation.top_class_share_max", e));
         }
         Ok(())
     }
 
-    /// The user-hash secret (whitespace trimmed); empty when no file is configured.
-    pub fn read_user_secret(&self) -> Result<Vec<u8>, ControlError> {
+    /// The user-hash secret (whitespace trimmed); empty when no file is configured. The
+    /// error names `user_secret_file`.
+    pub fn read_user_secret(&self) -> Result<Vec<u8>, FieldError> {
         match &self.user_secret_file {
             None => Ok(Vec::new()),
-            Some(path) => read_trimmed(path).map(String::into_bytes),
+            Some(path) => read_trimmed(path)
+                .map(String::into_bytes)
+                .map_err(|e| FieldError::new("user_secret_file", e.to_string())),
         }
     }
 }
 
+/// Largest `max_body_bytes`: the table parser's own document limit.
+pub const MAX_BODY_BYTES: usize = admission_core::table::MAX_DOCUMENT_BYTES;
+
 /// A secret file's content without surrounding whitespace (editors and `kubectl create
 /// secret --from-file` leave a trailing newline).
-pub(crate) fn read_trimmed(path: &Path) -> Result<String, ControlError> {
+pub(crate) fn read_trimmed(path: &Path) -> std::io::Result<String> {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_owned())
-        .map_err(|source| ControlError::Io { path: path.to_owned(), source })
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot read {}: {e}", path.display())))
 }

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use admission_core::table::TableErrors;
+use admission_core::FieldError;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
@@ -34,8 +35,15 @@ pub enum ControlError {
     Persist { path: PathBuf, source: std::io::Error },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    /// A setting or a start-up source, named by its field.
     #[error("{0}")]
-    Config(String),
+    Config(FieldError),
+    /// Too many table checks at once; try again shortly.
+    #[error("busy: {0} table checks are already running; retry shortly")]
+    Busy(usize),
+    /// A client too slow to send its request.
+    #[error("{0}")]
+    Timeout(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -60,6 +68,8 @@ impl ControlError {
             ControlError::PreconditionRequired => StatusCode::PRECONDITION_REQUIRED,
             ControlError::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
             ControlError::BadRequest(_) | ControlError::InvalidTable(_) => StatusCode::BAD_REQUEST,
+            ControlError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ControlError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ControlError::Persist { .. }
             | ControlError::Io { .. }
             | ControlError::Config(_)
@@ -83,7 +93,7 @@ impl ControlError {
             other => other.to_string(),
         };
         let body = serde_json::to_vec(&ErrorBody { error, fields }).unwrap_or_default();
-        let mut response = crate::server::json_response(self.status(), body);
+        let mut response = crate::response::json_response(self.status(), body);
         let headers = response.headers_mut();
         match self {
             ControlError::Unauthorized => {
@@ -92,8 +102,11 @@ impl ControlError {
             ControlError::MethodNotAllowed { allow } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
+            ControlError::Busy(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            }
             ControlError::PreconditionFailed { current, .. } => {
-                if let Ok(v) = HeaderValue::from_str(&crate::server::etag(*current)) {
+                if let Ok(v) = HeaderValue::from_str(&crate::response::etag(*current)) {
                     headers.insert(header::ETAG, v);
                 }
             }

@@ -14,12 +14,13 @@ mod config;
 mod error;
 pub mod metrics;
 pub mod persist;
+mod response;
 mod server;
 mod source;
 mod status;
 mod store;
 
-pub use config::{AdminConfig, DEFAULT_ADMIN_ADDR};
+pub use config::{AdminConfig, AdminTimeouts, DEFAULT_ADMIN_ADDR};
 pub use error::ControlError;
 pub use persist::StateFile;
 pub use server::{AuditDoc, ControlPlane};

@@ -16,6 +16,8 @@ use std::path::{Path, PathBuf};
 use admission_core::table::PriorityTable;
 use siphasher::sip::SipHasher24;
 
+use admission_core::FieldError;
+
 use crate::error::ControlError;
 
 const DIGEST_PREFIX: &str = "# weir-table-file-digest: ";
@@ -84,7 +86,10 @@ impl StateFile {
             Err(source) => return Err(ControlError::Io { path: self.path.clone(), source }),
         };
         let table = PriorityTable::from_yaml(&text).map_err(|e| {
-            ControlError::Config(format!("state file {}: {e}", self.path.display()))
+            ControlError::Config(FieldError::new(
+                "admin.state_path",
+                format!("state file {}: {e}", self.path.display()),
+            ))
         })?;
         let table_file_digest = text
             .lines()

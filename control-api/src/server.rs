@@ -6,9 +6,10 @@ use std::time::Instant;
 
 use admission_core::audit::AuditCounters;
 use admission_core::table::{CompiledTable, PriorityTable};
+use admission_core::FieldError;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use tokio::sync::{watch, Semaphore};
 
 use crate::audit::{AuditHistory, WindowReport, WINDOWS};
 use crate::config::{read_trimmed, AdminConfig};
@@ -32,6 +33,9 @@ pub struct ControlPlane {
     pub(crate) table_file_rejections: AtomicU64,
     background_started: AtomicBool,
     stop_background: watch::Sender<bool>,
+    /// Permits for table parses and validations on the blocking pool (see
+    /// [`ControlPlane::check_table`]).
+    table_checks: Arc<Semaphore>,
 }
 
 /// `GET /v1/audit`.
@@ -54,11 +58,14 @@ impl ControlPlane {
         view: Arc<dyn SidecarView>,
         metrics: PrometheusHandle,
     ) -> Result<Arc<Self>, ControlError> {
-        cfg.validate()?;
+        cfg.validate().map_err(|e| ControlError::Config(e.at("admin")))?;
         if let Some(path) = &cfg.token_file {
             // Fail at start, not at the first edit, when the Secret is not mounted.
-            read_trimmed(path)?;
+            read_trimmed(path).map_err(|e| {
+                ControlError::Config(FieldError::new("admin.token_file", e.to_string()))
+            })?;
         }
+        let cfg_checks = cfg.max_concurrent_table_checks;
         let applied =
             cfg.table_file.as_deref().and_then(|p| std::fs::read(p).ok()).map(|b| digest(&b));
         Ok(Arc::new(ControlPlane {
@@ -73,6 +80,7 @@ impl ControlPlane {
             table_file_rejections: AtomicU64::new(0),
             background_started: AtomicBool::new(false),
             stop_background: watch::channel(false).0,
+            table_checks: Arc::new(Semaphore::new(cfg_checks)),
         }))
     }
 
@@ -118,6 +126,28 @@ impl ControlPlane {
         }
     }
 
+    /// Runs `job` (a table parse, validation or commit) on the blocking pool, so the admin
+    /// runtime keeps answering probes and metrics whatever the body costs. At most
+    /// `max_concurrent_table_checks` run at once; past that the caller gets 503 at once
+    /// instead of a queue an attacker could fill.
+    pub(crate) async fn check_table<T: Send + 'static>(
+        self: &Arc<Self>,
+        job: impl FnOnce(&ControlPlane) -> Result<T, ControlError> + Send + 'static,
+    ) -> Result<T, ControlError> {
+        let permit = self
+            .table_checks
+            .clone()
+            .try_acquire_owned()
+            .map_err(|_| ControlError::Busy(self.cfg.max_concurrent_table_checks))?;
+        let plane = self.clone();
+        tokio::task::spawn_blocking(move || {
+            let _permit = permit;
+            job(&plane)
+        })
+        .await
+        .map_err(|e| ControlError::Internal(format!("table check task: {e}")))?
+    }
+
     /// Takes an audit sample now (the sampler task calls this periodically).
     pub fn sample_audit(&self) {
         self.history.record(Instant::now(), self.audit.snapshot());
@@ -151,6 +181,4 @@ impl std::fmt::Debug for ControlPlane {
 }
 
 mod listen;
-mod response;
-
-pub(crate) use response::{body_response, etag, json_response};
+mod table_file;

@@ -10,18 +10,14 @@
 //! - At run time: API edits and table-file changes apply in the order they happen; a
 //!   change of the table file's content replaces earlier API edits (logged).
 
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::Path;
 
 use admission_core::table::{CompiledTable, PriorityTable, TableErrors};
-use tokio::sync::watch;
+use admission_core::FieldError;
 
 use crate::config::AdminConfig;
 use crate::error::ControlError;
 use crate::persist::{digest, StateFile};
-use crate::server::ControlPlane;
 
 /// Parses a table document, JSON if it starts with `{`, else YAML.
 pub fn parse_table(text: &str) -> Result<PriorityTable, TableErrors> {
@@ -32,23 +28,36 @@ pub fn parse_table(text: &str) -> Result<PriorityTable, TableErrors> {
     }
 }
 
-/// Reads and parses a table file; also returns the digest of its content.
+/// Reads and parses a table file; also returns the digest of its content. Errors say
+/// which file and what is wrong with it; the caller names the setting.
 pub fn read_table_file(path: &Path) -> Result<(PriorityTable, u64), ControlError> {
     let bytes =
         std::fs::read(path).map_err(|source| ControlError::Io { path: path.into(), source })?;
     let text = String::from_utf8_lossy(&bytes);
-    let table = parse_table(&text)
-        .map_err(|e| ControlError::Config(format!("table file {}: {e}", path.display())))?;
+    let table = parse_table(&text).map_err(|e| {
+        ControlError::Config(FieldError::new("", format!("{}: {e}", path.display())))
+    })?;
     Ok((table, digest(&bytes)))
 }
 
+/// The message of a start-up error under `field`, without a nested field name.
+fn at(field: &str) -> impl Fn(ControlError) -> FieldError + '_ {
+    move |e| match e {
+        ControlError::Config(inner) if inner.path.is_empty() => {
+            FieldError::new(field, inner.message)
+        }
+        other => FieldError::new(field, other.to_string()),
+    }
+}
+
 /// The table to serve at start, by the precedence in the module docs. Persists it to the
-/// state path when it came from elsewhere.
+/// state path when it came from elsewhere. Errors name the setting at fault
+/// (`admin.table_file`, `admin.state_path`, `--table`).
 pub fn load_initial_table(
     cfg: &AdminConfig,
     cli_table: Option<&Path>,
     secret: &[u8],
-) -> Result<CompiledTable, ControlError> {
+) -> Result<CompiledTable, FieldError> {
     let state = cfg.state_path.as_ref().map(StateFile::new);
     let persisted = state.as_ref().and_then(|s| match s.read() {
         Ok(p) => p,
@@ -70,78 +79,29 @@ pub fn load_initial_table(
         }
         (Some(p), _) => (p.table, "state_path", p.table_file_digest),
         (None, Some(Ok((t, d)))) => (t, "table_file", Some(d)),
-        (None, Some(Err(e))) => return Err(e),
+        (None, Some(Err(e))) => return Err(at("admin.table_file")(e)),
         (None, None) => match cli_table {
-            Some(path) => (read_table_file(path)?.0, "--table", None),
+            Some(path) => (read_table_file(path).map_err(at("--table"))?.0, "--table", None),
             None => (PriorityTable::embedded_default(), "embedded default", None),
         },
     };
     table.version = table.version.max(1);
+    let field = match origin {
+        "table_file" => "admin.table_file",
+        "state_path" => "admin.state_path",
+        other => other,
+    };
     let compiled = table
         .compile_with_secret(secret)
-        .map_err(|e| ControlError::Config(format!("priority table from {origin}: {e}")))?;
+        .map_err(|e| FieldError::new(field, format!("priority table: {e}")))?;
     if let Some(state) = state.filter(|_| origin != "state_path") {
-        state
-            .write(compiled.source(), file_digest)
-            .map_err(|source| ControlError::Persist { path: state.path().into(), source })?;
+        state.write(compiled.source(), file_digest).map_err(|e| {
+            FieldError::new(
+                "admin.state_path",
+                format!("cannot write {}: {e}", state.path().display()),
+            )
+        })?;
     }
     tracing::info!(origin, version = compiled.version(), "priority table loaded");
     Ok(compiled)
-}
-
-// === table-file watcher ===
-
-/// Polls the table file's content. Kubernetes updates a mounted ConfigMap by swapping a
-/// `..data` symlink, which inotify on the file path does not reliably report; re-reading
-/// through the path every interval follows the swap and costs one small read.
-pub(crate) async fn watch_table_file(
-    plane: Arc<ControlPlane>,
-    path: PathBuf,
-    every: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    let mut last_seen = plane.applied_file_digest();
-    let mut ticker = tokio::time::interval(every);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        let bytes = match tokio::fs::read(&path).await {
-            Ok(b) => b,
-            Err(e) => {
-                // Mid-swap or not mounted yet: try again next tick.
-                tracing::debug!(path = %path.display(), error = %e, "table file unreadable");
-                continue;
-            }
-        };
-        let d = digest(&bytes);
-        if last_seen == Some(d) {
-            continue;
-        }
-        last_seen = Some(d);
-        let table = match parse_table(&String::from_utf8_lossy(&bytes)) {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::error!(path = %path.display(), error = %e, "ignoring invalid table file");
-                plane.table_file_rejections.fetch_add(1, Ordering::Relaxed);
-                continue;
-            }
-        };
-        let (plane_for_errors, plane) = (&plane, plane.clone());
-        let applied = tokio::task::spawn_blocking(move || plane.commit(table, None, Some(d))).await;
-        match applied {
-            Ok(Ok(t)) => tracing::warn!(
-                path = %path.display(),
-                version = t.version(),
-                "table file changed: applied it, replacing any earlier API edits"
-            ),
-            Ok(Err(e)) => {
-                tracing::error!(error = %e, "ignoring table file change");
-                plane_for_errors.table_file_rejections.fetch_add(1, Ordering::Relaxed);
-            }
-            Err(e) => tracing::error!(error = %e, "table file apply task failed"),
-        }
-    }
 }

@@ -1,45 +1,68 @@
-//! The admin side of the sidecar on its own small runtime thread: the control API
-//! (`control_api::ControlPlane`: /metrics, /live, /ready, /v1/...), the engine's window timer
-//! and the Prometheus upkeep.
+//! The admin side of the sidecar: the control API (`control_api::ControlPlane`: /metrics,
+//! /live, /ready, /v1/...) on its own small runtime thread, and the engine's window timer
+//! on a thread of its own.
+//!
+//! The timer does not share the admin runtime: whatever a request to the admin API costs
+//! (table bodies are parsed on the blocking pool, but a scrape or a burst of connections
+//! still runs there), windows close on time and the admission level keeps moving.
+//!
+//! Errors are [`AdminError`] so this module needs nothing from the sidecar that starts it.
 
 use std::net::{SocketAddr, TcpListener as StdTcpListener};
+use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use admission_core::table::CompiledTable;
-use control_api::{ControlPlane, SidecarView};
+use admission_core::FieldError;
+use control_api::{ControlError, ControlPlane, SidecarView};
 use tokio::sync::oneshot;
 
 use crate::config::SidecarConfig;
-use crate::sidecar::{Shared, StartError};
+use crate::shared::Shared;
 use crate::telemetry;
 
-/// Closes idle windows even when no request arrives to do it (DESIGN §3: ~50 ms).
+/// Closes idle windows even when no request arrives to do it (docs/design.md, "Signal and
+/// control laws": a window closes within ~50 ms of its end).
 const TICK: Duration = Duration::from_millis(50);
 /// Histogram upkeep for the Prometheus recorder (drains its buckets into the snapshot).
 const UPKEEP: Duration = Duration::from_secs(5);
 
-/// The running admin thread.
+/// Why the admin side could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// A setting, named by its field (exit 64).
+    #[error("{0}")]
+    Config(FieldError),
+    #[error("admin.listen {addr}: {source}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The running admin thread and window timer.
 pub struct AdminThread {
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+    timer: Option<WindowTimer>,
 }
 
 // === impl AdminThread ===
 
 impl AdminThread {
-    pub fn start(config: &SidecarConfig, shared: Arc<Shared>) -> Result<Self, StartError> {
+    pub fn start(config: &SidecarConfig, shared: Arc<Shared>) -> Result<Self, AdminError> {
         let listen = config.admin.listen;
-        let bind_err = |source| StartError::Bind { what: "admin.listen", addr: listen, source };
+        let bind_err = |source| AdminError::Bind { addr: listen, source };
         let std_listener = StdTcpListener::bind(listen).map_err(bind_err)?;
         std_listener.set_nonblocking(true).map_err(bind_err)?;
         let addr = std_listener.local_addr().map_err(bind_err)?;
 
         let admin_config = config.admin.clone();
         let (stop, stopped) = oneshot::channel::<()>();
-        let (started, ready) = std::sync::mpsc::channel::<Result<(), StartError>>();
+        let (started, ready) = mpsc::channel::<Result<(), AdminError>>();
+        let timer_shared = shared.clone();
         let thread = std::thread::Builder::new()
             .name("weir-admin".into())
             .spawn(move || {
@@ -48,7 +71,7 @@ impl AdminThread {
                         Ok(rt) => rt,
                         Err(e) => {
                             let _ =
-                                started.send(Err(StartError::Other(format!("admin runtime: {e}"))));
+                                started.send(Err(AdminError::Other(format!("admin runtime: {e}"))));
                             return;
                         }
                     };
@@ -56,11 +79,7 @@ impl AdminThread {
                     let listener = match tokio::net::TcpListener::from_std(std_listener) {
                         Ok(l) => l,
                         Err(source) => {
-                            let _ = started.send(Err(StartError::Bind {
-                                what: "admin.listen",
-                                addr,
-                                source,
-                            }));
+                            let _ = started.send(Err(AdminError::Bind { addr, source }));
                             return;
                         }
                     };
@@ -74,15 +93,16 @@ impl AdminThread {
                     ) {
                         Ok(plane) => plane,
                         Err(e) => {
-                            let _ = started.send(Err(StartError::Config {
-                                field: "admin".into(),
-                                message: e.to_string(),
+                            let _ = started.send(Err(match e {
+                                ControlError::Config(field) => AdminError::Config(field),
+                                other => {
+                                    AdminError::Config(FieldError::new("admin", other.to_string()))
+                                }
                             }));
                             return;
                         }
                     };
                     let _ = started.send(Ok(()));
-                    tokio::spawn(timers(shared));
                     let shutdown = async move {
                         let _ = stopped.await;
                     };
@@ -91,12 +111,14 @@ impl AdminThread {
                     }
                 });
             })
-            .map_err(|e| StartError::Other(format!("cannot spawn the admin thread: {e}")))?;
+            .map_err(|e| AdminError::Other(format!("cannot spawn the admin thread: {e}")))?;
         match ready.recv() {
-            Ok(Ok(())) => Ok(AdminThread { addr, stop: Some(stop), thread: Some(thread) }),
-            Ok(Err(e)) => Err(e),
-            Err(_) => Err(StartError::Other("admin thread died while starting".into())),
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(e),
+            Err(_) => return Err(AdminError::Other("admin thread died while starting".into())),
         }
+        let timer = WindowTimer::start(timer_shared)?;
+        Ok(AdminThread { addr, stop: Some(stop), thread: Some(thread), timer: Some(timer) })
     }
 
     pub fn addr(&self) -> SocketAddr {
@@ -114,6 +136,9 @@ impl AdminThread {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
+        if let Some(timer) = self.timer.take() {
+            timer.stop();
+        }
     }
 }
 
@@ -123,35 +148,59 @@ impl Drop for AdminThread {
     }
 }
 
-async fn timers(shared: Arc<Shared>) {
-    let mut tick = tokio::time::interval(TICK);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let upkeep_every = (UPKEEP.as_millis() / TICK.as_millis()).max(1) as u64;
-    let prometheus = telemetry::prometheus();
-    let mut n = 0u64;
-    loop {
-        tick.tick().await;
-        shared.engine.tick();
-        n += 1;
-        if n % upkeep_every == 0 {
-            prometheus.run_upkeep();
-        }
+// === impl WindowTimer ===
+
+/// The engine's clock hand: a plain thread that ticks every [`TICK`], so no task on any
+/// runtime can delay a window's close.
+struct WindowTimer {
+    stop: mpsc::Sender<()>,
+    thread: JoinHandle<()>,
+}
+
+impl WindowTimer {
+    fn start(shared: Arc<Shared>) -> Result<Self, AdminError> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let thread = std::thread::Builder::new()
+            .name("weir-window-timer".into())
+            .spawn(move || {
+                let prometheus = telemetry::prometheus();
+                let mut next_upkeep = Instant::now() + UPKEEP;
+                // The wait on the stop channel is the tick: it returns on stop, on the
+                // sender's drop, or after TICK.
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(TICK) {
+                    shared.engine.tick();
+                    if Instant::now() >= next_upkeep {
+                        prometheus.run_upkeep();
+                        next_upkeep += UPKEEP;
+                    }
+                }
+            })
+            .map_err(|e| AdminError::Other(format!("cannot spawn the window timer: {e}")))?;
+        Ok(WindowTimer { stop, thread })
+    }
+
+    fn stop(self) {
+        let _ = self.stop.send(());
+        let _ = self.thread.join();
     }
 }
 
 /// The priority table the sidecar starts with (state path, table file, or the built-in).
-pub fn initial_table(config: &SidecarConfig) -> Result<CompiledTable, StartError> {
-    let secret = config.admin.read_user_secret().map_err(|e| StartError::Config {
-        field: "admin.user_secret_file".into(),
-        message: e.to_string(),
-    })?;
+/// Errors name the setting at fault.
+pub fn initial_table(config: &SidecarConfig) -> Result<CompiledTable, FieldError> {
+    let secret = config.admin.read_user_secret().map_err(|e| e.at("admin"))?;
     if config.inbound.entry && secret.is_empty() {
+        if !config.admin.allow_empty_user_secret {
+            return Err(FieldError::new(
+                "admin.user_secret_file",
+                "the entry role needs a non-empty user-hash secret (set \
+                 admin.allow_empty_user_secret: true for a demo)",
+            ));
+        }
         tracing::warn!(
-            "entry role without admin.user_secret_file: user priorities use an empty hash key"
+            "entry role with an empty user-hash key (admin.allow_empty_user_secret): clients \
+             can choose user ids with favourable levels"
         );
     }
-    control_api::load_initial_table(&config.admin, None, &secret).map_err(|e| StartError::Config {
-        field: "admin.table_file".into(),
-        message: e.to_string(),
-    })
+    control_api::load_initial_table(&config.admin, None, &secret)
 }

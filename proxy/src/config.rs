@@ -8,7 +8,6 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use admission_core::{AdmissionLevel, EngineConfig, Priority};
-use http::HeaderName;
 use serde::Deserialize;
 
 /// The configuration `weir run` serves with when no `--config` is given.
@@ -158,13 +157,8 @@ pub enum LogFormat {
     Json,
 }
 
-/// A configuration problem, naming the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    pub field: String,
-    pub message: String,
-}
+/// A configuration problem, naming the field: the one field error type of every crate.
+pub use admission_core::FieldError as ConfigError;
 
 /// Command-line values that override the file.
 #[derive(Debug, Clone, Default)]
@@ -178,21 +172,16 @@ pub struct Overrides {
 }
 
 mod defaults;
+mod validate;
+
+pub use self::validate::check_header_name;
 
 // === impl SidecarConfig ===
 
 impl SidecarConfig {
-    /// Parses a YAML document (serde errors already carry the field path).
+    /// Parses a YAML document; a malformed one names the field path it fails at.
     pub fn from_yaml(text: &str) -> Result<Self, ConfigError> {
-        let config: SidecarConfig = serde_yaml::from_str(text).map_err(|e| {
-            let message = e.to_string();
-            match message.split_once(": ") {
-                Some((path, rest)) if !path.contains(' ') => {
-                    ConfigError { field: path.to_string(), message: rest.to_string() }
-                }
-                _ => ConfigError { field: "config".into(), message },
-            }
-        })?;
+        let config: SidecarConfig = admission_core::table::from_yaml_str(text)?;
         config.validate()?;
         Ok(config)
     }
@@ -202,9 +191,8 @@ impl SidecarConfig {
         match path {
             None => Self::from_yaml(EMBEDDED_DEFAULT),
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
-                    field: "--config".into(),
-                    message: format!("cannot read {}: {e}", path.display()),
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    ConfigError::new("--config", format!("cannot read {}: {e}", path.display()))
                 })?;
                 Self::from_yaml(&text)
             }
@@ -231,79 +219,6 @@ impl SidecarConfig {
             self.admin.table_file = Some(t.clone());
         }
         self.validate()
-    }
-
-    /// Checks what serde cannot; the first problem wins (one line on exit).
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        let bad = |field: &str, message: &str| {
-            Err(ConfigError { field: field.into(), message: message.into() })
-        };
-        let i = &self.inbound;
-        if i.max_inflight == 0 {
-            return bad("inbound.max_inflight", "must be at least 1");
-        }
-        if i.task_timeout.is_zero() {
-            return bad("inbound.task_timeout", "must be greater than zero");
-        }
-        if i.listen == i.app {
-            return bad("inbound.app", "must differ from inbound.listen");
-        }
-        if i.max_connections == 0 {
-            return bad("inbound.max_connections", "must be at least 1");
-        }
-        if i.max_queued_per_connection == 0 {
-            return bad("inbound.max_queued_per_connection", "must be at least 1");
-        }
-        if i.h2.max_concurrent_streams == 0 {
-            return bad("inbound.h2.max_concurrent_streams", "must be at least 1");
-        }
-        for (field, value) in [
-            ("inbound.timeouts.header_read", i.timeouts.header_read),
-            ("inbound.timeouts.idle", i.timeouts.idle),
-            ("inbound.timeouts.body_read", i.timeouts.body_read),
-            ("inbound.timeouts.write", i.timeouts.write),
-            ("inbound.timeouts.app_connect", i.timeouts.app_connect),
-        ] {
-            if value.is_zero() {
-                return bad(field, "must be greater than zero");
-            }
-        }
-        if let Some(p) = &i.default_priority {
-            if AdmissionLevel::parse(p.as_bytes()).is_err() {
-                return bad("inbound.default_priority", "expected `B.U` with B <= 255, U <= 127");
-            }
-        }
-        for (field, name) in [
-            ("inbound.headers.business", &i.headers.business),
-            ("inbound.headers.user", &i.headers.user),
-            ("inbound.headers.timeout", &i.headers.timeout),
-            ("inbound.headers.level", &i.headers.level),
-            ("inbound.headers.shed", &i.headers.shed),
-        ] {
-            if HeaderName::from_bytes(name.as_bytes()).is_err()
-                || name.bytes().any(|b| b.is_ascii_uppercase())
-            {
-                return bad(field, "not a valid lowercase header name");
-            }
-        }
-        if let Err(errs) = self.admission.validate() {
-            if let Some(e) = errs.first() {
-                return bad(&format!("admission.{}", e.field), &e.message);
-            }
-        }
-        if let Err(e) = self.admin.validate() {
-            let text = e.to_string();
-            let text =
-                text.trim_start_matches("config: ").trim_start_matches("invalid configuration: ");
-            return match text.split_once(": ") {
-                Some((field, message)) if field.starts_with("admin.") => bad(field, message),
-                _ => bad("admin", text),
-            };
-        }
-        if tracing_subscriber::EnvFilter::try_new(&self.log.filter).is_err() {
-            return bad("log.filter", "not a valid filter directive");
-        }
-        Ok(())
     }
 }
 

@@ -84,7 +84,14 @@ impl ProxyHttp for Inbound {
             .headers
             .get(http::header::CONTENT_TYPE)
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        let priority = self.priority_of(session);
+        let priority = match self.priority_of(session) {
+            Ok(p) => p,
+            Err(bad) => {
+                let body = bytes::Bytes::from(format!("{bad}\n"));
+                session.respond_error_with_body(400, body).await?;
+                return Ok(true);
+            }
+        };
         ctx.business = priority.business;
         ctx.deadline = ctx.arrival + self.budget(session.req_header());
 

@@ -1,13 +1,16 @@
 //! Where a request's priority comes from: its headers on an inner hop, or the priority table
 //! and the user-id hash at the entry (which first removes whatever the client claimed).
 
+use std::borrow::Cow;
 use std::sync::OnceLock;
 use std::time::Duration;
 
 use admission_core::priority::{parse_business, parse_user, HeaderValueError, MAX_USER};
-use admission_core::table::{CompiledTable, RequestView};
+use admission_core::table::{normalize_path, CompiledTable, PathError, RequestView};
 use admission_core::Priority;
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::header::{CONTENT_LENGTH, HOST};
+use http::uri::PathAndQuery;
+use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use pingora::http::RequestHeader;
 
 use crate::telemetry::InvalidReason;
@@ -56,29 +59,122 @@ impl PriorityHeaders {
         }
     }
 
-    /// Entry role: drop the client's priority headers and stamp the table's verdict.
+    /// Entry role, on any HTTP stack: normalise the path, classify it, drop the client's
+    /// priority headers and stamp the table's verdict.
+    ///
+    /// `Err` means the path is ambiguous (docs/design.md, "Normalised paths"): answer 400
+    /// and forward nothing. `Ok(stamp)` with `stamp.rewrite` set means the forwarded
+    /// request must carry that path and query instead of the original, so the app serves
+    /// exactly what the table classified.
+    pub fn stamp_parts(
+        &self,
+        method: &Method,
+        uri: &Uri,
+        headers: &mut HeaderMap,
+        table: &CompiledTable,
+        unix: Duration,
+    ) -> Result<Stamp, BadPath> {
+        let path = normalize_path(uri.path()).map_err(BadPath)?;
+        let host = uri.host().or_else(|| headers.get(HOST).and_then(|h| h.to_str().ok()));
+        let view = View { method: method.as_str(), path: &path, host, headers };
+        let priority = decide(table, &view, unix);
+        let rewrite = match path {
+            Cow::Borrowed(_) => None,
+            Cow::Owned(normal) => Some(with_query(normal, uri.query())?),
+        };
+        if !self.forward_user_id {
+            headers.remove(table.user_header());
+        }
+        // `insert` replaces every value the client sent under these names.
+        headers.insert(self.business.clone(), decimal(priority.business));
+        headers.insert(self.user.clone(), decimal(priority.user));
+        Ok(Stamp { priority, rewrite })
+    }
+
+    /// Entry role on pingora's request header: as [`PriorityHeaders::stamp_parts`], with
+    /// the URI rewritten in place.
     pub fn stamp(
         &self,
         req: &mut RequestHeader,
         table: &CompiledTable,
         unix: Duration,
-    ) -> Priority {
-        let business = table.classify(&View(req)).business;
-        let user_header = table.user_header();
-        let user = match req.headers.get(user_header) {
-            Some(id) => table.user_hasher().user_priority(id.as_bytes(), unix),
-            // Anonymous callers share the least important user level of their class.
-            None => MAX_USER,
-        };
+    ) -> Result<Priority, BadPath> {
+        let uri = req.uri.clone();
+        let path = normalize_path(uri.path()).map_err(BadPath)?;
+        let host = uri.host().or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
+        let view = View { method: req.method.as_str(), path: &path, host, headers: &req.headers };
+        let priority = decide(table, &view, unix);
+        if let Cow::Owned(normal) = path {
+            let query = uri.query().map(str::to_owned);
+            let mut parts = uri.into_parts();
+            parts.path_and_query = Some(with_query(normal, query.as_deref())?);
+            if let Ok(uri) = Uri::from_parts(parts) {
+                req.set_uri(uri);
+            }
+        }
+        // Through pingora's own setters, which keep its header-case map in step.
         let _ = req.remove_header(&self.business);
         let _ = req.remove_header(&self.user);
         if !self.forward_user_id {
-            let _ = req.remove_header(user_header);
+            let _ = req.remove_header(table.user_header());
         }
-        let _ = req.insert_header(self.business.clone(), decimal(business));
-        let _ = req.insert_header(self.user.clone(), decimal(user));
-        Priority { business, user }
+        let _ = req.insert_header(self.business.clone(), decimal(priority.business));
+        let _ = req.insert_header(self.user.clone(), decimal(priority.user));
+        Ok(priority)
     }
+}
+
+/// What entry stamping decided.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stamp {
+    pub priority: Priority,
+    /// The normalised path and the original query, when they differ from the request's:
+    /// forward this instead.
+    pub rewrite: Option<PathAndQuery>,
+}
+
+/// An entry request refused because its path is ambiguous; answer 400 with this text.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("ambiguous request path: {0}")]
+pub struct BadPath(pub PathError);
+
+/// The table's verdict for a request: the first matching rule's business class; for a
+/// request no rule matches, its size grade when the table has one and the request declares
+/// its length; else the default class. The user level is the keyed hash of the user id
+/// (anonymous, or an empty id: the least important user level), or the size grade's
+/// sub-step for graded requests.
+fn decide(table: &CompiledTable, req: &View<'_>, unix: Duration) -> Priority {
+    let class = table.classify(req);
+    if class.rule.is_none() {
+        if let (Some(grade), Some(len)) = (table.size_grade(), content_length(req.headers)) {
+            return grade.priority(len);
+        }
+    }
+    let user = match req.headers.get(table.user_header()).map(HeaderValue::as_bytes) {
+        Some(id) if !id.trim_ascii().is_empty() => table.user_hasher().user_priority(id, unix),
+        // Anonymous callers share the least important user level of their class.
+        _ => MAX_USER,
+    };
+    Priority { business: class.business, user }
+}
+
+/// The declared `content-length`, when there is exactly one well-formed value.
+fn content_length(headers: &HeaderMap) -> Option<u64> {
+    let mut values = headers.get_all(CONTENT_LENGTH).iter();
+    let v = values.next()?;
+    if values.next().is_some() {
+        return None;
+    }
+    std::str::from_utf8(v.as_bytes()).ok()?.parse().ok()
+}
+
+fn with_query(path: String, query: Option<&str>) -> Result<PathAndQuery, BadPath> {
+    let text = match query {
+        Some(q) => format!("{path}?{q}"),
+        None => path,
+    };
+    // The normalised path only drops or decodes characters a URI already allowed.
+    PathAndQuery::try_from(text).map_err(|_| BadPath(PathError::BadEscape))
 }
 
 fn single<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Result<&'a [u8], InvalidReason> {
@@ -106,27 +202,29 @@ fn decimal(n: u8) -> HeaderValue {
 
 // === impl View ===
 
-/// The request as the priority table sees it.
-struct View<'a>(&'a RequestHeader);
+/// The request as the priority table sees it: the normalised path, never the raw one.
+struct View<'a> {
+    method: &'a str,
+    path: &'a str,
+    host: Option<&'a str>,
+    headers: &'a HeaderMap,
+}
 
 impl RequestView for View<'_> {
     fn method(&self) -> &str {
-        self.0.method.as_str()
+        self.method
     }
 
     fn path(&self) -> &str {
-        self.0.uri.path()
+        self.path
     }
 
     fn host(&self) -> Option<&str> {
-        self.0
-            .uri
-            .host()
-            .or_else(|| self.0.headers.get(http::header::HOST).and_then(|h| h.to_str().ok()))
+        self.host
     }
 
     fn header(&self, name: &str) -> Option<&[u8]> {
-        self.0.headers.get(name).map(HeaderValue::as_bytes)
+        self.headers.get(name).map(HeaderValue::as_bytes)
     }
 }
 

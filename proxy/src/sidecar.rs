@@ -45,6 +45,17 @@ pub enum StartError {
     Other(String),
 }
 
+impl From<crate::admin::AdminError> for StartError {
+    fn from(e: crate::admin::AdminError) -> Self {
+        use crate::admin::AdminError;
+        match e {
+            AdminError::Config(f) => StartError::Config { field: f.path, message: f.message },
+            AdminError::Bind { addr, source } => StartError::Bind { what: "admin.listen", addr, source },
+            AdminError::Other(m) => StartError::Other(m),
+        }
+    }
+}
+
 /// How long `start` waits for the inbound listener to accept connections.
 const LISTENER_READY_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -63,9 +74,10 @@ impl Sidecar {
 
     /// As [`Sidecar::start`]; `os_signals` also stops it on SIGTERM (graceful) and SIGINT.
     pub fn start_with(config: SidecarConfig, os_signals: bool) -> Result<Sidecar, StartError> {
-        config.validate().map_err(|e| StartError::Config { field: e.field, message: e.message })?;
+        config.validate().map_err(|e| StartError::Config { field: e.path, message: e.message })?;
         let metrics = ProxyMetrics::register();
-        let table = crate::admin::initial_table(&config)?;
+        let table = crate::admin::initial_table(&config)
+            .map_err(|e| StartError::Config { field: e.path, message: e.message })?;
         let shared = Arc::new(Shared {
             engine: AdmissionEngine::with_config(&config.admission),
             limit: InflightLimit::new(config.inbound.max_inflight, config.inbound.max_queued),

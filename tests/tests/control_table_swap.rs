@@ -59,6 +59,7 @@ async fn table_swaps_under_load_fail_nothing_and_never_mix_versions() {
     let app = Backend::start().await;
     let weir = support::sidecar(app.addr, |c| {
         c.inbound.entry = true;
+        c.admin.allow_empty_user_secret = true;
         c.admin.token_file = Some(token.clone());
     });
     let (base, admin) = (format!("http://{}", weir.inbound_addr()), weir.admin_addr());

@@ -169,7 +169,10 @@ async fn an_expired_budget_is_refused_without_waiting() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn entry_role_replaces_client_priority_headers() {
     let app = Backend::start().await;
-    let weir = support::sidecar(app.addr, |c| c.inbound.entry = true);
+    let weir = support::sidecar(app.addr, |c| {
+        c.inbound.entry = true;
+        c.admin.allow_empty_user_secret = true;
+    });
     let base = format!("http://{}", weir.inbound_addr());
     let client = Http1::new();
     let claims = [("x-business-priority", "0"), ("x-user-priority", "0"), ("x-user-id", "alice")];

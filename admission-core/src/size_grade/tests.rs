@@ -77,16 +77,16 @@ fn invalid_configs_name_their_fields() {
         ..Default::default()
     })
     .expect_err("invalid");
-    let fields: Vec<_> = errs.iter().map(|e| e.field).collect();
+    let fields: Vec<_> = errs.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(fields, ["min_bytes", "max_bytes", "sub_bits"]);
     let errs = SizeGradeConfig { min_bytes: 64, max_bytes: 64, ..Default::default() }
         .validate()
         .expect_err("empty");
-    assert_eq!(errs[0].field, "max_bytes");
+    assert_eq!(errs[0].path, "max_bytes");
     let errs = SizeGradeConfig { business: 250, ..Default::default() }
         .validate()
         .expect_err("too many classes");
-    assert_eq!(errs[0].field, "business");
+    assert_eq!(errs[0].path, "business");
     assert!(errs[0].to_string().starts_with("business: "), "{}", errs[0]);
     assert!(
         SizeGradeConfig { business: 238, ..Default::default() }.validate().is_ok(),

@@ -11,6 +11,7 @@
 
 mod compiled;
 mod error;
+mod path;
 mod raw;
 mod validate;
 
@@ -26,7 +27,9 @@ use crate::size_grade::SizeGradeConfig;
 use crate::user_hash::UserPriorityHasher;
 
 pub use self::compiled::{Classification, CompiledTable, RequestView};
-pub use self::error::{TableError, TableErrors};
+pub use self::error::{from_yaml_str, FieldError, TableError, TableErrors};
+pub use self::path::{normalize_path, PathError};
+pub use self::raw::{MAX_DOCUMENT_BYTES, MAX_NESTING};
 
 /// The table shipped in the binary, used when no other source is configured.
 pub const EMBEDDED_DEFAULT_YAML: &str = include_str!("default-table.yaml");

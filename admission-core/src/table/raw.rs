@@ -14,6 +14,13 @@ use super::{
 };
 use crate::size_grade::SizeGradeConfig;
 
+/// Largest table document accepted from any source (the control API has its own, equal
+/// or smaller, body limit).
+pub const MAX_DOCUMENT_BYTES: usize = 1 << 20;
+
+/// Deepest nesting accepted; a table needs four or five levels.
+pub const MAX_NESTING: usize = 32;
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawTable {
@@ -54,11 +61,13 @@ fn default_business() -> i64 {
 
 impl RawTable {
     pub(super) fn from_yaml(text: &str) -> Result<Self, TableErrors> {
+        check_shape(text)?;
         let de = serde_yaml::Deserializer::from_str(text);
         serde_path_to_error::deserialize(de).map_err(|e| parse_error("YAML", e))
     }
 
     pub(super) fn from_json(text: &str) -> Result<Self, TableErrors> {
+        check_shape(text)?;
         let mut de = serde_json::Deserializer::from_str(text);
         let raw = serde_path_to_error::deserialize(&mut de).map_err(|e| parse_error("JSON", e))?;
         de.end().map_err(|e| TableErrors::one("", format!("malformed JSON: {e}")))?;
@@ -124,6 +133,78 @@ impl Default for RawUser {
     }
 }
 
+/// Refuses, before any parser sees it, a document that is empty, larger than
+/// [`MAX_DOCUMENT_BYTES`] or nested deeper than [`MAX_NESTING`]. libyaml's time grows with
+/// the square of the nesting of flow collections (`[[[[...`): 195 KiB of `[` cost 51 s of
+/// CPU. A real table nests four levels deep. One linear pass, no allocation.
+fn check_shape(text: &str) -> Result<(), TableErrors> {
+    if text.len() > MAX_DOCUMENT_BYTES {
+        return Err(TableErrors::one(
+            "",
+            format!(
+                "malformed document: {} bytes; at most {MAX_DOCUMENT_BYTES} are allowed",
+                text.len()
+            ),
+        ));
+    }
+    if text.trim().is_empty() {
+        return Err(TableErrors::one(
+            "",
+            "malformed document: empty; send a table (an empty table is `rules: []`)",
+        ));
+    }
+    let depth = nesting_depth(text, MAX_NESTING);
+    if depth > MAX_NESTING {
+        return Err(TableErrors::one(
+            "",
+            format!("malformed document: nested more than {MAX_NESTING} levels deep"),
+        ));
+    }
+    Ok(())
+}
+
+/// The deepest nesting of `[`/`{` collections and block indentation levels, counting
+/// stops once past `limit`. Brackets inside quoted scalars and comments do not count.
+/// Block nesting is approximated by indentation steps of the lines, which over-counts
+/// nothing a table needs: `rules:` / `- name:` / `match:` / `header:` is four.
+fn nesting_depth(text: &str, limit: usize) -> usize {
+    let mut deepest = 0;
+    let mut flow = 0usize;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start_matches([' ', '-']).len();
+        // One level per two columns of indentation (or `- ` of a nested sequence).
+        deepest = deepest.max(indent.div_ceil(2));
+        let mut quote: Option<u8> = None;
+        let mut previous = b' ';
+        let bytes = line.as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            let b = bytes[i];
+            match quote {
+                Some(b'"') if b == b'\\' => i += 1, // skip the escaped character
+                Some(q) if b == q => quote = None,
+                Some(_) => {}
+                None => match b {
+                    b'"' | b'\'' => quote = Some(b),
+                    b'#' if previous == b' ' || previous == b'\t' || i == 0 => break,
+                    b'[' | b'{' => {
+                        flow += 1;
+                        deepest = deepest.max(flow + indent.div_ceil(2));
+                    }
+                    b']' | b'}' => flow = flow.saturating_sub(1),
+                    _ => {}
+                },
+            }
+            if deepest > limit {
+                return deepest;
+            }
+            previous = b;
+            i += 1;
+        }
+    }
+    deepest
+}
+
 /// A business priority in `0..=255`; out of range records an error and yields the
 /// least important class so the rest of the document can still be checked.
 fn business(value: i64, path: &str, errors: &mut Vec<TableError>) -> u8 {
@@ -137,14 +218,5 @@ fn parse_error<E: std::fmt::Display>(
     format: &str,
     e: serde_path_to_error::Error<E>,
 ) -> TableErrors {
-    let path = e.path().to_string();
-    // `serde_path_to_error` prints the root as "."; an empty path reads better.
-    let path = if path == "." { String::new() } else { path };
-    let message = e.inner().to_string();
-    // serde_yaml prefixes its own copy of the path; say it once.
-    let message = match message.split_once(": ") {
-        Some((head, rest)) if !path.is_empty() && path.starts_with(head) => rest.to_owned(),
-        _ => message,
-    };
-    TableErrors::one(path, format!("malformed {format}: {message}"))
+    TableErrors(vec![super::error::from_path_error(format, e)])
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use crate::size_grade::SizeGradeConfig;
 
-use super::{PriorityTable, RuleMatch, TableError, MAX_RULES};
+use super::{normalize_path, PriorityTable, RuleMatch, TableError, MAX_RULES};
 
 pub(super) fn validate(table: &PriorityTable) -> Vec<TableError> {
     let mut errors = Vec::new();
@@ -35,11 +35,7 @@ pub(super) fn validate(table: &PriorityTable) -> Vec<TableError> {
     check_reachability(table, &mut errors);
     check_user(table, &mut errors);
     if let Some(Err(size_errors)) = table.size_grade.as_ref().map(SizeGradeConfig::validate) {
-        errors.extend(
-            size_errors
-                .into_iter()
-                .map(|e| TableError::new(format!("size_grade.{}", e.field), e.message)),
-        );
+        errors.extend(size_errors.into_iter().map(|e| e.at("size_grade")));
     }
     errors
 }
@@ -109,27 +105,59 @@ fn check_match(m: &RuleMatch, at: &str, errors: &mut Vec<TableError>) {
     }
 }
 
-fn check_path(p: &str) -> Result<(), &'static str> {
+fn check_path(p: &str) -> Result<(), String> {
     if !p.starts_with('/') {
-        return Err("must start with `/`");
+        return Err("must start with `/`".into());
     }
     if p.contains(['?', '#']) {
-        return Err("must not contain a query or fragment (`?`, `#`); paths match without them");
+        return Err(
+            "must not contain a query or fragment (`?`, `#`); paths match without them".into()
+        );
     }
     if p.bytes().any(|b| b.is_ascii_whitespace() || b.is_ascii_control()) {
-        return Err("must not contain whitespace or control characters");
+        return Err("must not contain whitespace or control characters".into());
     }
-    Ok(())
+    // The entry classifies the normalised path, so a rule written any other way could
+    // never match (docs/design.md, "Priority table").
+    match normalize_path(p) {
+        Ok(n) if n == p => Ok(()),
+        Ok(n) => Err(format!("is not a normalised path; requests are matched as `{n}`")),
+        Err(e) => Err(format!("can never match: {e}")),
+    }
 }
 
 /// A later rule is dead when an earlier one matches every request it matches.
+///
+/// Pairwise over rules, but header conditions are compared as sorted lists of interned
+/// `(name, value)` ids, so a pair costs at most one pass over both lists (never headers x
+/// headers), and a pair whose earlier rule has more headers than the later one is skipped.
 fn check_reachability(table: &PriorityTable, errors: &mut Vec<TableError>) {
+    let mut ids: HashMap<(String, &str), u32> = HashMap::new();
+    let headers: Vec<Vec<u32>> = table
+        .rules
+        .iter()
+        .map(|r| {
+            let mut list: Vec<u32> = r
+                .matches
+                .header
+                .iter()
+                .map(|(n, v)| {
+                    let next = ids.len() as u32;
+                    *ids.entry((n.to_ascii_lowercase(), v.as_str())).or_insert(next)
+                })
+                .collect();
+            list.sort_unstable();
+            list
+        })
+        .collect();
     for (j, later) in table.rules.iter().enumerate() {
         if later.matches.is_empty() {
             continue; // already reported as an empty match
         }
-        let shadow = table.rules[..j].iter().enumerate().find(|(_, earlier)| {
-            !earlier.matches.is_empty() && covers(&earlier.matches, &later.matches)
+        let shadow = table.rules[..j].iter().enumerate().find(|(i, earlier)| {
+            !earlier.matches.is_empty()
+                && covers(&earlier.matches, &later.matches)
+                && is_sorted_subset(&headers[*i], &headers[j])
         });
         if let Some((i, earlier)) = shadow {
             errors.push(TableError::new(
@@ -144,7 +172,17 @@ fn check_reachability(table: &PriorityTable, errors: &mut Vec<TableError>) {
     }
 }
 
-/// Whether every request matching `narrow` also matches `wide`.
+/// Whether every element of `small` is in `big`; both sorted ascending.
+fn is_sorted_subset(small: &[u32], big: &[u32]) -> bool {
+    if small.len() > big.len() {
+        return false;
+    }
+    let mut rest = big.iter();
+    small.iter().all(|s| rest.by_ref().find(|b| *b >= s) == Some(s))
+}
+
+/// Whether every request matching `narrow` also matches `wide`, headers aside (the caller
+/// compares those with an index).
 fn covers(wide: &RuleMatch, narrow: &RuleMatch) -> bool {
     let method = match (&wide.method, &narrow.method) {
         (None, _) => true,
@@ -168,10 +206,7 @@ fn covers(wide: &RuleMatch, narrow: &RuleMatch) -> bool {
         }
         (Some(_), None) => false,
     };
-    let headers = wide.header.iter().all(|(name, value)| {
-        narrow.header.iter().any(|(n, v)| n.eq_ignore_ascii_case(name) && v == value)
-    });
-    method && path && host && headers
+    method && path && host
 }
 
 fn check_user(table: &PriorityTable, errors: &mut Vec<TableError>) {

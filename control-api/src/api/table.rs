@@ -12,7 +12,8 @@ use serde::Serialize;
 use super::headers::{accepted_format, body_format, if_match, Format};
 use super::{insert_etag, to_json};
 use crate::error::ControlError;
-use crate::server::{body_response, etag, json_response, ControlPlane};
+use crate::response::{body_response, etag, json_response};
+use crate::server::ControlPlane;
 
 /// The answer to an accepted PUT or validate.
 #[derive(Serialize)]
@@ -53,11 +54,10 @@ impl ControlPlane {
         self.authorize(req.headers()).await?;
         let format = body_format(req.headers())?;
         let if_match = if_match(req.headers())?;
-        let table = self.read_table(req, format).await?;
-        let plane = self.clone();
-        let committed = tokio::task::spawn_blocking(move || plane.commit(table, if_match, None))
-            .await
-            .map_err(|e| ControlError::Internal(e.to_string()))??;
+        let body = self.read_body(req).await?;
+        let committed = self
+            .check_table(move |plane| plane.commit(parse(&body, format)?, if_match, None))
+            .await?;
         tracing::info!(version = committed.version(), "priority table replaced through the API");
         let mut response = to_json(StatusCode::OK, &accepted(&committed))?;
         insert_etag(response.headers_mut(), committed.version());
@@ -70,16 +70,17 @@ impl ControlPlane {
         req: Request<Incoming>,
     ) -> Result<Response<Full<Bytes>>, ControlError> {
         let format = body_format(req.headers())?;
-        let table = self.read_table(req, format).await?;
-        let compiled = self.table.load().compile_next(&table)?;
+        let body = self.read_body(req).await?;
+        let compiled = self
+            .check_table(move |plane| {
+                Ok(plane.table.load().compile_next(&parse(&body, format)?)?)
+            })
+            .await?;
         to_json(StatusCode::OK, &accepted(&compiled))
     }
 
-    async fn read_table(
-        &self,
-        req: Request<Incoming>,
-        format: Format,
-    ) -> Result<PriorityTable, ControlError> {
+    /// The whole body, within `max_body_bytes` and `timeouts.body_read`.
+    async fn read_body(&self, req: Request<Incoming>) -> Result<Bytes, ControlError> {
         let limit = self.cfg.max_body_bytes;
         let declared = req
             .headers()
@@ -88,22 +89,36 @@ impl ControlPlane {
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(ControlError::PayloadTooLarge { limit });
         }
-        let body = Limited::new(req.into_body(), limit).collect().await.map_err(|e| {
-            if e.is::<http_body_util::LengthLimitError>() {
-                ControlError::PayloadTooLarge { limit }
-            } else {
-                ControlError::BadRequest(format!("could not read the request body: {e}"))
-            }
-        })?;
-        let bytes = body.to_bytes();
-        let text = std::str::from_utf8(&bytes)
-            .map_err(|e| ControlError::BadRequest(format!("request body is not UTF-8: {e}")))?;
-        let parsed = match format {
-            Format::Yaml => PriorityTable::from_yaml(text),
-            Format::Json => PriorityTable::from_json(text),
-        };
-        Ok(parsed?)
+        let timeout = self.cfg.timeouts.body_read;
+        let collect = Limited::new(req.into_body(), limit).collect();
+        let body = tokio::time::timeout(timeout, collect)
+            .await
+            .map_err(|_| {
+                ControlError::Timeout(format!(
+                    "the request body did not arrive within admin.timeouts.body_read ({})",
+                    humantime_serde::re::humantime::format_duration(timeout)
+                ))
+            })?
+            .map_err(|e| {
+                if e.is::<http_body_util::LengthLimitError>() {
+                    ControlError::PayloadTooLarge { limit }
+                } else {
+                    ControlError::BadRequest(format!("could not read the request body: {e}"))
+                }
+            })?;
+        Ok(body.to_bytes())
     }
+}
+
+/// A table document (blocking: runs inside [`ControlPlane::check_table`]).
+fn parse(body: &[u8], format: Format) -> Result<PriorityTable, ControlError> {
+    let text = std::str::from_utf8(body)
+        .map_err(|e| ControlError::BadRequest(format!("request body is not UTF-8: {e}")))?;
+    let parsed = match format {
+        Format::Yaml => PriorityTable::from_yaml(text),
+        Format::Json => PriorityTable::from_json(text),
+    };
+    Ok(parsed?)
 }
 
 fn accepted(t: &CompiledTable) -> Accepted {

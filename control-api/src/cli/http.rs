@@ -90,7 +90,7 @@ pub(super) fn expect_ok(reply: Reply) -> Result<Reply, CliError> {
     Err(CliError { message, code })
 }
 
-pub(super) fn json(body: &str) -> Result<serde_json::Value, CliError> {
+pub(super) fn json<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, CliError> {
     serde_json::from_str(body).map_err(|e| CliError {
         message: format!("unexpected answer from the admin API: {e}"),
         code: 1,

@@ -6,44 +6,43 @@ use http::StatusCode;
 use serde_json::Value;
 
 use super::CliError;
+use crate::status::StatusDoc;
 
-pub(super) fn status(v: &Value) -> Result<String, CliError> {
+pub(super) fn status(s: &StatusDoc) -> Result<String, CliError> {
+    let yes_no = |b: bool| if b { "yes" } else { "no" };
     let mut out = String::new();
+    let mode = serde_json::to_value(s.mode).ok();
     let _ = writeln!(
         out,
         "level       {} (compound {})   overloaded: {}   mode: {}",
-        text(&v["level"]),
-        v["level_compound"],
-        yes_no(&v["overloaded"]),
-        text(&v["mode"])
+        s.level,
+        s.level_compound,
+        yes_no(s.overloaded),
+        mode.as_ref().map_or("?", text)
     );
-    match v["window"].as_object() {
+    match &s.window {
         Some(w) => {
             let _ = writeln!(
                 out,
                 "last window {:.0} ms: {} arrivals, {} admitted, {} dispatched, mean queuing {:.2} ms",
-                w["duration_ms"].as_f64().unwrap_or(0.0),
-                w["arrivals"],
-                w["admitted"],
-                w["dispatched"],
-                w["mean_queuing_ms"].as_f64().unwrap_or(0.0)
+                w.duration_ms, w.arrivals, w.admitted, w.dispatched, w.mean_queuing_ms
             );
         }
         None => out.push_str("last window none closed yet\n"),
     }
-    if let Some(c) = v["capacity_per_sec"].as_f64() {
+    if let Some(c) = s.capacity_per_sec {
         let _ = writeln!(out, "capacity    {c:.0} req/s (estimated)");
     }
     let _ = writeln!(
         out,
         "in flight   {}/{}   queued {}/{}   draining: {}",
-        v["inflight"],
-        v["max_inflight"],
-        v["queue_depth"],
-        v["max_queued"],
-        yes_no(&v["draining"])
+        s.inflight,
+        s.max_inflight,
+        s.queue_depth,
+        s.max_queued,
+        yes_no(s.draining)
     );
-    let _ = writeln!(out, "table       version {}", v["table_version"]);
+    let _ = writeln!(out, "table       version {}", s.table_version);
     Ok(out)
 }
 

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -62,7 +62,7 @@ impl ControlPlane {
         if let Some(path) = self.cfg.table_file.clone() {
             let stop = self.stop_background.subscribe();
             let every = self.cfg.table_poll_interval;
-            tokio::spawn(crate::source::watch_table_file(self.clone(), path, every, stop));
+            tokio::spawn(super::table_file::watch_table_file(self.clone(), path, every, stop));
         }
     }
 
@@ -73,7 +73,16 @@ impl ControlPlane {
         public: bool,
     ) -> std::io::Result<()> {
         let graceful = GracefulShutdown::new();
-        let builder = auto::Builder::new(TokioExecutor::new());
+        let header_read = self.cfg.timeouts.header_read;
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        // A request head must be complete within `timeouts.header_read` of the connection
+        // (or the previous response); h2 peers that stop answering pings are dropped.
+        builder.http1().timer(TokioTimer::new()).header_read_timeout(header_read);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(header_read)
+            .keep_alive_timeout(header_read);
         tokio::pin!(shutdown);
         loop {
             let stream = tokio::select! {
@@ -93,10 +102,16 @@ impl ControlPlane {
                 let plane = plane.clone();
                 async move { Ok::<_, Infallible>(plane.handle(req, public).await) }
             });
-            let conn = builder.serve_connection(TokioIo::new(stream), service).into_owned();
-            let conn = graceful.watch(conn);
+            let (builder, watcher) = (builder.clone(), graceful.watcher());
             tokio::spawn(async move {
-                if let Err(e) = conn.await {
+                // Protocol detection reads the first bytes before hyper's own header timer
+                // starts; a peer that sends nothing is bounded here.
+                if tokio::time::timeout(header_read, stream.readable()).await.is_err() {
+                    tracing::debug!("admin connection sent nothing within header_read");
+                    return;
+                }
+                let conn = builder.serve_connection(TokioIo::new(stream), service);
+                if let Err(e) = watcher.watch(conn.into_owned()).await {
                     tracing::debug!(error = %e, "admin connection ended with an error");
                 }
             });

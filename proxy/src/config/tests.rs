@@ -21,33 +21,36 @@ fn empty_document_means_defaults() {
 #[test]
 fn unknown_field_is_named() {
     let e = SidecarConfig::from_yaml("inbound:\n  max_inflihgt: 3\n").unwrap_err();
-    assert_eq!(e.field, "inbound");
+    assert_eq!(e.path, "inbound.max_inflihgt");
     assert!(e.message.contains("max_inflihgt"), "{e}");
 }
 
 #[test]
 fn bad_value_is_named() {
     let e = SidecarConfig::from_yaml("inbound:\n  listen: nowhere\n").unwrap_err();
-    assert_eq!(e.field, "inbound.listen", "{e}");
+    assert_eq!(e.path, "inbound.listen", "{e}");
     let e = SidecarConfig::from_yaml("inbound:\n  task_timeout: soon\n").unwrap_err();
-    assert_eq!(e.field, "inbound.task_timeout", "{e}");
+    assert_eq!(e.path, "inbound.task_timeout", "{e}");
 }
 
 #[test]
 fn semantic_errors_are_named() {
     let e = SidecarConfig::from_yaml("inbound:\n  max_inflight: 0\n").unwrap_err();
-    assert_eq!(e.field, "inbound.max_inflight");
+    assert_eq!(e.path, "inbound.max_inflight");
     let e = SidecarConfig::from_yaml("inbound:\n  default_priority: 3\n").unwrap_err();
-    assert_eq!(e.field, "inbound.default_priority");
+    assert_eq!(e.path, "inbound.default_priority");
     let e = SidecarConfig::from_yaml("inbound:\n  headers: { business: 'X Bad' }\n").unwrap_err();
-    assert_eq!(e.field, "inbound.headers.business");
+    assert_eq!(e.path, "inbound.headers.business");
     let e = SidecarConfig::from_yaml("admission:\n  alpha: 2.0\n").unwrap_err();
-    assert_eq!(e.field, "admission.alpha");
+    assert_eq!(e.path, "admission.alpha");
 }
 
 #[test]
 fn flags_override_the_file() {
-    let mut c = SidecarConfig::from_yaml("inbound:\n  max_inflight: 5\n").unwrap();
+    let mut c = SidecarConfig::from_yaml(
+        "inbound:\n  max_inflight: 5\nadmin:\n  allow_empty_user_secret: true\n",
+    )
+    .unwrap();
     let o = Overrides {
         inbound: Some("127.0.0.1:1".parse().unwrap()),
         max_inflight: Some(9),
@@ -59,7 +62,7 @@ fn flags_override_the_file() {
     assert_eq!(c.inbound.max_inflight, 9);
     assert!(c.inbound.entry);
     let bad = Overrides { max_inflight: Some(0), ..Overrides::default() };
-    assert_eq!(c.apply(&bad).unwrap_err().field, "inbound.max_inflight");
+    assert_eq!(c.apply(&bad).unwrap_err().path, "inbound.max_inflight");
 }
 
 #[test]
@@ -101,8 +104,8 @@ fn connection_settings_have_documented_defaults_and_are_validated() {
         ("inbound:\n  max_queued_per_connection: 0\n", "inbound.max_queued_per_connection"),
         ("inbound:\n  h2: { max_concurrent_streams: 0 }\n", "inbound.h2.max_concurrent_streams"),
     ] {
-        assert_eq!(SidecarConfig::from_yaml(yaml).unwrap_err().field, field, "{yaml}");
+        assert_eq!(SidecarConfig::from_yaml(yaml).unwrap_err().path, field, "{yaml}");
     }
     let e = SidecarConfig::from_yaml("inbound:\n  data_plane: nginx\n").unwrap_err();
-    assert_eq!(e.field, "inbound.data_plane", "{e}");
+    assert_eq!(e.path, "inbound.data_plane", "{e}");
 }

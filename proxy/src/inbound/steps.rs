@@ -17,7 +17,11 @@ use crate::refusal::ShedReason;
 // === impl Inbound ===
 
 impl Inbound {
-    pub(super) fn priority_of(&self, session: &mut Session) -> Priority {
+    /// `Err`: an entry request whose path is ambiguous (answered 400, not forwarded).
+    pub(super) fn priority_of(
+        &self,
+        session: &mut Session,
+    ) -> std::result::Result<Priority, crate::priority::BadPath> {
         let table = self.shared.table.load();
         if self.entry {
             let unix = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
@@ -28,7 +32,7 @@ impl Inbound {
         if let Some(reason) = read.invalid {
             self.metrics.header_invalid(reason).increment(1);
         }
-        read.priority
+        Ok(read.priority)
     }
 
     /// The caller's remaining budget: `grpc-timeout`, else the timeout header, else the task

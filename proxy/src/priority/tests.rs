@@ -1,6 +1,7 @@
 use std::time::Duration;
 
 use admission_core::table::PriorityTable;
+use http::{HeaderMap, Method, Uri};
 
 use super::*;
 
@@ -63,7 +64,7 @@ fn entry_replaces_client_headers_and_drops_the_user_id() {
         &[("x-business-priority", "0"), ("x-user-priority", "0"), ("x-user-id", "alice")],
     );
     let unix = Duration::from_secs(1_700_000_000);
-    let p = headers().stamp(&mut req, &table, unix);
+    let p = headers().stamp(&mut req, &table, unix).unwrap();
     assert_eq!(p.business, 0, "login rule");
     assert_eq!(p.user, table.user_hasher().user_priority(b"alice", unix));
     assert_eq!(req.headers.get_all("x-business-priority").iter().count(), 1);
@@ -72,7 +73,7 @@ fn entry_replaces_client_headers_and_drops_the_user_id() {
 
     let mut req =
         request("GET", "/other", &[("x-business-priority", "0"), ("x-user-priority", "0")]);
-    let p = headers().stamp(&mut req, &table, unix);
+    let p = headers().stamp(&mut req, &table, unix).unwrap();
     assert_eq!(p, Priority { business: table.least_important_business(), user: 127 });
     assert_eq!(req.headers["x-business-priority"], p.business.to_string().as_str());
 }
@@ -83,6 +84,80 @@ fn entry_can_forward_the_user_id() {
     let mut h = headers();
     h.forward_user_id = true;
     let mut req = request("GET", "/", &[("x-user-id", "bob")]);
-    h.stamp(&mut req, &table, Duration::ZERO);
+    h.stamp(&mut req, &table, Duration::ZERO).unwrap();
     assert_eq!(req.headers["x-user-id"], "bob");
+}
+
+fn parts(method: &str, uri: &str, pairs: &[(&'static str, &str)]) -> (Method, Uri, HeaderMap) {
+    let mut headers = HeaderMap::new();
+    for (name, value) in pairs {
+        headers.append(*name, HeaderValue::from_str(value).unwrap());
+    }
+    (method.parse().unwrap(), uri.parse().unwrap(), headers)
+}
+
+#[test]
+fn entry_classifies_and_forwards_the_normalised_path() {
+    let table = PriorityTable::from_yaml(
+        "default_business: 200\nrules:\n  - { name: pay, match: { path_prefix: /api/pay/ }, business: 1 }\n  \
+         - { name: admin, match: { path_prefix: /admin }, business: 9 }\n",
+    )
+    .unwrap()
+    .compile_with_secret(b"k")
+    .unwrap();
+    for (raw, business, forwarded) in [
+        ("/api/pay/x?a=1", 1, None),
+        ("/api/pay/../../admin/delete?a=1", 9, Some("/admin/delete?a=1")),
+        ("/api/pay/%2e%2e/%2e%2e/admin", 9, Some("/admin")),
+        ("//api//pay//x", 1, Some("/api/pay/x")),
+        ("/api/%70ay/x", 1, Some("/api/pay/x")),
+    ] {
+        let (method, uri, mut h) = parts("GET", raw, &[("x-business-priority", "0")]);
+        let stamp = headers().stamp_parts(&method, &uri, &mut h, &table, Duration::ZERO).unwrap();
+        assert_eq!(stamp.priority.business, business, "{raw}");
+        assert_eq!(stamp.rewrite.as_ref().map(|p| p.as_str()), forwarded, "{raw}");
+        assert_eq!(h["x-business-priority"], business.to_string().as_str(), "{raw}");
+    }
+    for raw in ["/api/pay/..%2F..%2Fadmin", "/api/pay/../../../admin", "/api/pay/..;/admin"] {
+        let (method, uri, mut h) = parts("GET", raw, &[]);
+        let e = headers().stamp_parts(&method, &uri, &mut h, &table, Duration::ZERO).unwrap_err();
+        assert!(e.to_string().starts_with("ambiguous request path"), "{raw}: {e}");
+    }
+    // The pingora flavour rewrites the URI in place.
+    let mut req = request("GET", "/api/pay/../../admin?q", &[]);
+    let p = headers().stamp(&mut req, &table, Duration::ZERO).unwrap();
+    assert_eq!((p.business, req.uri.to_string().as_str()), (9, "/admin?q"));
+}
+
+#[test]
+fn an_empty_user_id_is_anonymous() {
+    let table = PriorityTable::embedded_default().compile_with_secret(b"k").unwrap();
+    for id in ["", "  "] {
+        let (method, uri, mut h) = parts("GET", "/", &[("x-user-id", id)]);
+        let stamp = headers().stamp_parts(&method, &uri, &mut h, &table, Duration::ZERO).unwrap();
+        assert_eq!(stamp.priority.user, MAX_USER, "{id:?}");
+    }
+}
+
+#[test]
+fn unmatched_requests_take_the_size_grade() {
+    let table = PriorityTable::from_yaml(
+        "default_business: 250\nrules:\n  - { name: pay, match: { path: /pay }, business: 1 }\n\
+         size_grade: { business: 100, min_bytes: 64, max_bytes: 1048576, sub_bits: 7 }\n",
+    )
+    .unwrap()
+    .compile()
+    .unwrap();
+    let grade = *table.size_grade().unwrap();
+    let stamp = |uri: &str, len: Option<&str>| {
+        let pairs: Vec<(&'static str, &str)> =
+            len.map(|l| ("content-length", l)).into_iter().collect();
+        let (method, uri, mut h) = parts("POST", uri, &pairs);
+        headers().stamp_parts(&method, &uri, &mut h, &table, Duration::ZERO).unwrap().priority
+    };
+    assert_eq!(stamp("/pay", Some("100")).business, 1, "a matching rule wins over the grade");
+    assert_eq!(stamp("/x", Some("100")), grade.priority(100));
+    assert_eq!(stamp("/x", Some("5000")), grade.priority(5000));
+    assert!(stamp("/x", Some("5000")) < stamp("/x", Some("100")), "larger is more important");
+    assert_eq!(stamp("/x", None).business, 250, "no declared length: the default class");
 }

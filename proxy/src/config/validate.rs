@@ -1,0 +1,237 @@
+//! What serde cannot check: ranges, header names, the entry role's secret. The first
+//! problem wins, named by its exact field, so `weir run` exits 64 with one line.
+//!
+//! Every number has an upper bound as well as a lower one: a setting that parses must
+//! never panic later (`inbound.threads: 100000` used to abort while spawning threads) or
+//! silently overflow a duration.
+
+use std::time::Duration;
+
+use admission_core::{AdmissionLevel, FieldError};
+use http::HeaderName;
+
+use super::SidecarConfig;
+
+/// Largest worker thread count; far above any sidecar's share of a node.
+pub const MAX_THREADS: usize = 1024;
+/// Largest in-flight limit, queue length and connection count.
+pub const MAX_COUNT: usize = 1_000_000;
+/// Longest duration accepted for any timeout or grace.
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+/// Header names weir must never set or rename: message framing (a priority stamped into
+/// `content-length` would corrupt every response), connection management (hop-by-hop,
+/// RFC 9110 section 7.6.1), routing (`host`) and HTTP/2 pseudo-headers.
+const RESERVED_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "host",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "http2-settings",
+    "authorization",
+    "cookie",
+    "set-cookie",
+    "expect",
+    "date",
+    "retry-after",
+    "grpc-status",
+    "grpc-message",
+    "grpc-timeout",
+    "grpc-encoding",
+    "grpc-accept-encoding",
+    "grpc-retry-pushback-ms",
+];
+
+/// Why `name` cannot be a configurable header, if it cannot.
+pub fn check_header_name(name: &str) -> Result<(), String> {
+    if name.starts_with(':') {
+        return Err(format!("`{name}` is an HTTP/2 pseudo-header"));
+    }
+    if HeaderName::from_bytes(name.as_bytes()).is_err()
+        || name.bytes().any(|b| b.is_ascii_uppercase())
+    {
+        return Err(format!("`{name}` is not a valid lowercase header name"));
+    }
+    if RESERVED_HEADERS.contains(&name) || name.starts_with("proxy-") {
+        return Err(format!(
+            "`{name}` is reserved (framing, hop-by-hop, routing or gRPC status); choose an \
+             `x-` name"
+        ));
+    }
+    Ok(())
+}
+
+// === impl SidecarConfig (validation) ===
+
+impl SidecarConfig {
+    /// Checks what serde cannot; the first problem wins (one line on exit).
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let bad = |field: &str, message: &str| Err(FieldError::new(field, message));
+        let i = &self.inbound;
+        for (field, n, min, max) in [
+            ("inbound.max_inflight", i.max_inflight, 1, MAX_COUNT),
+            ("inbound.max_queued", i.max_queued, 0, MAX_COUNT),
+            ("inbound.threads", i.threads, 0, MAX_THREADS),
+            ("inbound.max_connections", i.max_connections, 1, MAX_COUNT),
+            ("inbound.max_queued_per_connection", i.max_queued_per_connection, 1, MAX_COUNT),
+            ("inbound.h2.max_concurrent_streams", i.h2.max_concurrent_streams as usize, 1, 65_536),
+        ] {
+            if !(min..=max).contains(&n) {
+                return bad(field, &format!("{n} is out of range {min}..={max}"));
+            }
+        }
+        for (field, value, may_be_zero) in [
+            ("inbound.task_timeout", i.task_timeout, false),
+            ("inbound.overload_max_wait", i.overload_max_wait, true),
+            ("inbound.retry_after", i.retry_after, true),
+            ("inbound.shutdown_grace", i.shutdown_grace, true),
+            ("inbound.timeouts.header_read", i.timeouts.header_read, false),
+            ("inbound.timeouts.idle", i.timeouts.idle, false),
+            ("inbound.timeouts.body_read", i.timeouts.body_read, false),
+            ("inbound.timeouts.write", i.timeouts.write, false),
+            ("inbound.timeouts.app_connect", i.timeouts.app_connect, false),
+            ("admission.window", self.admission.window, false),
+            ("admission.queuing_threshold", self.admission.queuing_threshold, false),
+        ] {
+            if value.is_zero() && !may_be_zero {
+                return bad(field, "must be greater than zero");
+            }
+            if value > MAX_DURATION {
+                return bad(field, "must be at most 1h");
+            }
+        }
+        if i.listen == i.app {
+            return bad("inbound.app", "must differ from inbound.listen");
+        }
+        if let Some(p) = &i.default_priority {
+            if AdmissionLevel::parse(p.as_bytes()).is_err() {
+                return bad("inbound.default_priority", "expected `B.U` with B <= 255, U <= 127");
+            }
+        }
+        let names = [
+            ("inbound.headers.business", &i.headers.business),
+            ("inbound.headers.user", &i.headers.user),
+            ("inbound.headers.timeout", &i.headers.timeout),
+            ("inbound.headers.level", &i.headers.level),
+            ("inbound.headers.shed", &i.headers.shed),
+        ];
+        for (k, (field, name)) in names.iter().enumerate() {
+            if let Err(why) = check_header_name(name) {
+                return bad(field, &why);
+            }
+            if let Some((other, _)) = names[..k].iter().find(|(_, n)| n == name) {
+                return bad(field, &format!("`{name}` is already used by {other}"));
+            }
+        }
+        if let Err(errs) = self.admission.validate() {
+            if let Some(e) = errs.first() {
+                return bad(&format!("admission.{}", e.field), &e.message);
+            }
+        }
+        self.admin.validate().map_err(|e| e.at("admin"))?;
+        if i.entry && self.admin.user_secret_file.is_none() && !self.admin.allow_empty_user_secret {
+            return bad(
+                "admin.user_secret_file",
+                "the entry role needs the user-hash secret (the same file on every entry \
+                 sidecar); without it anyone can compute which user ids get a favourable \
+                 level. For a demo, set admin.allow_empty_user_secret: true",
+            );
+        }
+        if tracing_subscriber::EnvFilter::try_new(&self.log.filter).is_err() {
+            return bad("log.filter", "not a valid filter directive");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::EMBEDDED_DEFAULT;
+
+    /// One place for defaults: the `Default` impls. The embedded YAML, an empty document
+    /// (serde's per-field defaults) and `Default::default()` must all be the same value.
+    #[test]
+    fn the_embedded_default_equals_the_default_impls() {
+        let from_impls = format!("{:#?}", SidecarConfig::default());
+        let embedded = SidecarConfig::from_yaml(EMBEDDED_DEFAULT).unwrap();
+        assert_eq!(format!("{embedded:#?}"), from_impls);
+        let empty = SidecarConfig::from_yaml("{}").unwrap();
+        assert_eq!(format!("{empty:#?}"), from_impls);
+        SidecarConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn reserved_header_names_are_refused_for_every_header() {
+        for field in ["business", "user", "timeout", "level", "shed"] {
+            for name in [
+                "content-length",
+                "transfer-encoding",
+                "host",
+                "connection",
+                "te",
+                "keep-alive",
+                "trailer",
+                "upgrade",
+                "proxy-foo",
+                ":path",
+                "Content-Length",
+            ] {
+                let yaml = format!("inbound:\n  headers:\n    {field}: '{name}'\n");
+                let e = SidecarConfig::from_yaml(&yaml).unwrap_err();
+                assert_eq!(e.path, format!("inbound.headers.{field}"), "{name}: {e}");
+            }
+        }
+        let e = SidecarConfig::from_yaml("inbound:\n  headers:\n    level: x-business-priority\n")
+            .unwrap_err();
+        assert_eq!(e.path, "inbound.headers.level");
+        assert!(e.message.contains("inbound.headers.business"), "{e}");
+    }
+
+    #[test]
+    fn every_number_is_bounded() {
+        for (yaml, field) in [
+            ("inbound:\n  threads: 100000\n", "inbound.threads"),
+            ("inbound:\n  max_inflight: 100000000\n", "inbound.max_inflight"),
+            ("inbound:\n  max_queued: 100000000\n", "inbound.max_queued"),
+            ("inbound:\n  max_connections: 0\n", "inbound.max_connections"),
+            (
+                "inbound:\n  h2:\n    max_concurrent_streams: 4000000\n",
+                "inbound.h2.max_concurrent_streams",
+            ),
+            ("inbound:\n  task_timeout: 100days\n", "inbound.task_timeout"),
+            ("inbound:\n  shutdown_grace: 2h\n", "inbound.shutdown_grace"),
+            ("inbound:\n  timeouts:\n    idle: 0s\n", "inbound.timeouts.idle"),
+            ("admission:\n  window: 2h\n", "admission.window"),
+            ("admin:\n  max_body_bytes: 0\n", "admin.max_body_bytes"),
+            ("admin:\n  max_body_bytes: 100000000\n", "admin.max_body_bytes"),
+            ("admin:\n  timeouts:\n    body_read: 1h\n", "admin.timeouts.body_read"),
+            ("admin:\n  max_concurrent_table_checks: 0\n", "admin.max_concurrent_table_checks"),
+        ] {
+            let e = SidecarConfig::from_yaml(yaml).unwrap_err();
+            assert_eq!(e.path, field, "{yaml}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_entry_needs_a_user_secret_unless_allowed() {
+        let e = SidecarConfig::from_yaml("inbound:\n  entry: true\n").unwrap_err();
+        assert_eq!(e.path, "admin.user_secret_file");
+        SidecarConfig::from_yaml(
+            "inbound:\n  entry: true\nadmin:\n  allow_empty_user_secret: true\n",
+        )
+        .unwrap();
+        SidecarConfig::from_yaml("inbound:\n  entry: true\nadmin:\n  user_secret_file: /s\n")
+            .unwrap();
+    }
+}
