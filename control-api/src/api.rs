@@ -45,7 +45,8 @@ impl ControlPlane {
             _ => Err(ControlError::NotFound),
         };
         result.unwrap_or_else(|e| {
-            if e.status().is_server_error() {
+            // Busy is back-pressure working as intended, not a failure to page about.
+            if e.status().is_server_error() && !matches!(e, ControlError::Busy(_)) {
                 tracing::error!(%method, path, error = %e, "admin request failed");
             } else {
                 tracing::debug!(%method, path, error = %e, "admin request refused");

@@ -205,5 +205,7 @@ pub fn resolve(args: &RunArgs) -> Result<SidecarConfig, String> {
         table: args.table.clone(),
     };
     config.apply(&overrides).map_err(|e| e.to_string())?;
+    // The files the settings name, checked before anything starts or logs.
+    config.preflight().map_err(|e| e.to_string())?;
     Ok(config)
 }

@@ -154,6 +154,61 @@ impl SidecarConfig {
     }
 }
 
+// === impl SidecarConfig (preflight) ===
+
+impl SidecarConfig {
+    /// The files the settings name, checked before the sidecar starts, so `weir run` exits
+    /// 64 with one line naming the setting instead of failing half-started: the token and
+    /// secret files must be readable (and not empty), the table file readable, the state
+    /// path's directory writable.
+    pub fn preflight(&self) -> Result<(), FieldError> {
+        let a = &self.admin;
+        let readable = |field: &str, path: &std::path::Path, need_content: bool| {
+            match std::fs::read_to_string(path) {
+                Ok(text) if need_content && text.trim().is_empty() => {
+                    Err(FieldError::new(field, format!("{} is empty", path.display())))
+                }
+                Ok(_) => Ok(()),
+                Err(e) => {
+                    Err(FieldError::new(field, format!("cannot read {}: {e}", path.display())))
+                }
+            }
+        };
+        if let Some(p) = &a.token_file {
+            readable("admin.token_file", p, true)?;
+        }
+        if let Some(p) = &a.user_secret_file {
+            readable("admin.user_secret_file", p, self.inbound.entry)?;
+        }
+        if let Some(p) = &a.table_file {
+            readable("admin.table_file", p, false)?;
+        }
+        if let Some(p) = &a.state_path {
+            if p.is_dir() {
+                return Err(FieldError::new(
+                    "admin.state_path",
+                    format!("{} is a directory; name a file in it", p.display()),
+                ));
+            }
+            if p.exists() {
+                readable("admin.state_path", p, false)?;
+            }
+            // The state is written as `<path>.tmp` and renamed: try exactly that.
+            let mut probe = p.clone().into_os_string();
+            probe.push(".preflight");
+            let probe = std::path::PathBuf::from(probe);
+            std::fs::write(&probe, b"").map_err(|e| {
+                FieldError::new(
+                    "admin.state_path",
+                    format!("cannot write next to {}: {e}", p.display()),
+                )
+            })?;
+            let _ = std::fs::remove_file(&probe);
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
