@@ -3,7 +3,10 @@
 //! - [`config`]: the one YAML configuration and its validation.
 //! - [`sidecar`]: start/stop a sidecar (in-process for tests, or from `weir run`).
 //! - [`shared`]: state shared by the request path, the admin API and the drain.
-//! - [`inbound`]: the pingora application: priority, admission, queue, gate, app.
+//! - [`plane`], [`listener`], [`service`], [`app_client`], [`body`]: the inbound data plane
+//!   on hyper: lifecycle, connections, the per-request layers, the pooled client to the app,
+//!   and bodies with bounded waits.
+//! - [`inbound`]: the same request path on pingora (`inbound.data_plane: pingora`).
 //! - [`inflight`]: the in-flight limit and the bounded pending queue.
 //! - [`priority`]: priority from headers (inner hop) or the priority table (entry).
 //! - [`refusal`]: refusal responses per the wire contract.
@@ -11,16 +14,21 @@
 //! - [`cli`]: the `weir` command line.
 
 pub mod admin;
+pub mod app_client;
 pub mod app_time;
+pub mod body;
 pub mod cli;
 pub mod config;
 pub mod deadline;
 pub mod demo;
 pub mod inbound;
 pub mod inflight;
+pub mod listener;
+mod plane;
 pub mod priority;
 pub mod refusal;
 mod server;
+pub mod service;
 pub mod shared;
 pub mod shutdown;
 pub mod sidecar;

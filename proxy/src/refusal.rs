@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use admission_core::AdmissionLevel;
 use arc_swap::ArcSwap;
-use http::{HeaderName, HeaderValue, StatusCode};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 use pingora::http::ResponseHeader;
 
 use crate::wire_name::WireName;
@@ -37,6 +37,13 @@ pub struct LevelHeader {
 }
 
 const GRPC_STATUS_RESOURCE_EXHAUSTED: &str = "8";
+const GRPC_STATUS_DEADLINE_EXCEEDED: &str = "4";
+const GRPC_STATUS_UNAVAILABLE: &str = "14";
+const GRPC_STATUS_INTERNAL: &str = "13";
+
+const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
+const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
+const GRPC_PUSHBACK: HeaderName = HeaderName::from_static("grpc-retry-pushback-ms");
 
 // === impl ShedReason ===
 
@@ -106,6 +113,49 @@ impl Refusals {
             let _ = resp.insert_header(http::header::CONTENT_LENGTH, "0");
         }
         Box::new(resp)
+    }
+
+    /// The refusal's status and headers, without the level (stamped on every response by
+    /// the level layer). gRPC callers get `200` with `grpc-status` in the headers and no
+    /// body at all: a trailers-only response, one HEADERS frame with END_STREAM.
+    pub fn refusal_head(&self, grpc: bool, reason: ShedReason) -> (StatusCode, HeaderMap) {
+        let mut headers = HeaderMap::with_capacity(6);
+        headers.insert(self.shed_name.clone(), HeaderValue::from_static(reason.as_str()));
+        if grpc {
+            headers
+                .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+            headers.insert(GRPC_STATUS, HeaderValue::from_static(GRPC_STATUS_RESOURCE_EXHAUSTED));
+            headers.insert(GRPC_MESSAGE, HeaderValue::from_static(reason.grpc_message()));
+            headers.insert(GRPC_PUSHBACK, self.pushback_ms.clone());
+            return (StatusCode::OK, headers);
+        }
+        headers.insert(http::header::RETRY_AFTER, self.retry_after.clone());
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        (StatusCode::SERVICE_UNAVAILABLE, headers)
+    }
+
+    /// weir's own error (`400`, `405`, `502`, `504`), without the level. gRPC callers get the
+    /// matching status as a trailers-only response.
+    pub fn error_head(&self, status: StatusCode, grpc: bool) -> (StatusCode, HeaderMap) {
+        let mut headers = HeaderMap::with_capacity(4);
+        if grpc {
+            let code = match status {
+                StatusCode::GATEWAY_TIMEOUT => GRPC_STATUS_DEADLINE_EXCEEDED,
+                StatusCode::BAD_GATEWAY | StatusCode::SERVICE_UNAVAILABLE => {
+                    GRPC_STATUS_UNAVAILABLE
+                }
+                _ => GRPC_STATUS_INTERNAL,
+            };
+            headers
+                .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+            headers.insert(GRPC_STATUS, HeaderValue::from_static(code));
+            if let Some(reason) = status.canonical_reason() {
+                headers.insert(GRPC_MESSAGE, HeaderValue::from_static(reason));
+            }
+            return (StatusCode::OK, headers);
+        }
+        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+        (status, headers)
     }
 
     /// An error response of our own (upstream unreachable and the like), with the level.

@@ -51,6 +51,14 @@ impl StopSignal {
     }
 }
 
+/// Waits for a stop request on `requested`; a dropped sender means stop now.
+pub(crate) async fn requested(mut rx: watch::Receiver<Option<StopKind>>) -> StopKind {
+    match rx.wait_for(Option::is_some).await {
+        Ok(kind) => kind.unwrap_or(StopKind::Fast),
+        Err(_) => StopKind::Fast,
+    }
+}
+
 #[async_trait]
 impl ShutdownSignalWatch for StopSignal {
     async fn recv(&self) -> ShutdownSignal {
@@ -67,7 +75,8 @@ impl ShutdownSignalWatch for StopSignal {
     }
 }
 
-async fn os_or(requested: impl std::future::Future<Output = StopKind>) -> StopKind {
+/// `requested`, or the process's SIGTERM (graceful) or SIGINT (fast), whichever comes first.
+pub(crate) async fn os_or(requested: impl std::future::Future<Output = StopKind>) -> StopKind {
     use tokio::signal::unix::{signal, SignalKind};
     let (Ok(mut term), Ok(mut int)) =
         (signal(SignalKind::terminate()), signal(SignalKind::interrupt()))

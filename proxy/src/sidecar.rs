@@ -15,8 +15,9 @@ use tokio::sync::{broadcast, watch};
 
 use crate::admin::AdminThread;
 use crate::app_time::AppTime;
-use crate::config::SidecarConfig;
+use crate::config::{DataPlane, SidecarConfig};
 use crate::inflight::InflightLimit;
+use crate::plane::HyperPlane;
 use crate::server::{build_server, reserve};
 pub use crate::shared::{ActiveRequest, Shared};
 use crate::shutdown::{StopKind, StopSignal};
@@ -29,9 +30,14 @@ pub struct Sidecar {
     admin_addr: SocketAddr,
     grace: Duration,
     stop: watch::Sender<Option<StopKind>>,
-    phases: broadcast::Receiver<ExecutionPhase>,
-    proxy_thread: Option<JoinHandle<()>>,
+    plane: Plane,
     admin: Option<AdminThread>,
+}
+
+/// The data plane carrying the inbound role (`inbound.data_plane`).
+enum Plane {
+    Hyper(HyperPlane),
+    Pingora { phases: broadcast::Receiver<ExecutionPhase>, proxy_thread: Option<JoinHandle<()>> },
 }
 
 /// Why the sidecar could not start.
@@ -50,7 +56,9 @@ impl From<crate::admin::AdminError> for StartError {
         use crate::admin::AdminError;
         match e {
             AdminError::Config(f) => StartError::Config { field: f.path, message: f.message },
-            AdminError::Bind { addr, source } => StartError::Bind { what: "admin.listen", addr, source },
+            AdminError::Bind { addr, source } => {
+                StartError::Bind { what: "admin.listen", addr, source }
+            }
             AdminError::Other(m) => StartError::Other(m),
         }
     }
@@ -88,18 +96,29 @@ impl Sidecar {
             draining: AtomicBool::new(false),
         });
 
-        let inbound_addr = reserve(config.inbound.listen)?;
         let admin = AdminThread::start(&config, shared.clone())?;
         let admin_addr = admin.addr();
-
         let (stop, stop_rx) = watch::channel(None);
-        let server = build_server(&config, inbound_addr, shared.clone(), metrics)?;
-        let phases = server.watch_execution_phase();
-        let signal = StopSignal::new(stop_rx, shared.clone(), os_signals);
-        let proxy_thread = std::thread::Builder::new()
-            .name("weir-pingora".into())
-            .spawn(move || server.run(RunArgs { shutdown_signal: Box::new(signal) }))
-            .map_err(|e| StartError::Other(format!("cannot spawn the proxy thread: {e}")))?;
+        let (plane, inbound_addr) = match config.inbound.data_plane {
+            DataPlane::Hyper => {
+                let (plane, addr) =
+                    HyperPlane::start(&config, shared.clone(), metrics, stop_rx, os_signals)?;
+                (Plane::Hyper(plane), addr)
+            }
+            DataPlane::Pingora => {
+                let inbound_addr = reserve(config.inbound.listen)?;
+                let server = build_server(&config, inbound_addr, shared.clone(), metrics)?;
+                let phases = server.watch_execution_phase();
+                let signal = StopSignal::new(stop_rx, shared.clone(), os_signals);
+                let proxy_thread = std::thread::Builder::new()
+                    .name("weir-pingora".into())
+                    .spawn(move || server.run(RunArgs { shutdown_signal: Box::new(signal) }))
+                    .map_err(|e| {
+                        StartError::Other(format!("cannot spawn the proxy thread: {e}"))
+                    })?;
+                (Plane::Pingora { phases, proxy_thread: Some(proxy_thread) }, inbound_addr)
+            }
+        };
 
         let sidecar = Sidecar {
             shared,
@@ -107,8 +126,7 @@ impl Sidecar {
             admin_addr,
             grace: config.inbound.shutdown_grace,
             stop,
-            phases,
-            proxy_thread: Some(proxy_thread),
+            plane,
             admin: Some(admin),
         };
         sidecar.wait_listening()?;
@@ -150,20 +168,26 @@ impl Sidecar {
         self.drain_after_stop()
     }
 
-    /// Waits for the stop to reach pingora, then for the active requests to finish.
+    /// Waits for the stop to reach the data plane, then for the active requests to finish.
     fn drain_after_stop(&mut self) -> bool {
-        loop {
-            match self.phases.blocking_recv() {
-                Ok(ExecutionPhase::GracefulTerminate) => break,
-                Ok(ExecutionPhase::Terminated) | Err(broadcast::error::RecvError::Closed) => {
-                    self.finish_fast();
-                    return self.shared.active() == 0;
+        let graceful = match &mut self.plane {
+            Plane::Hyper(plane) => plane.wait_stop() == StopKind::Graceful,
+            Plane::Pingora { phases, .. } => loop {
+                match phases.blocking_recv() {
+                    Ok(ExecutionPhase::GracefulTerminate) => break true,
+                    Ok(ExecutionPhase::Terminated) | Err(broadcast::error::RecvError::Closed) => {
+                        break false
+                    }
+                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
                 }
-                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-            }
+            },
+        };
+        if !graceful {
+            self.finish_fast();
+            return self.shared.active() == 0;
         }
         let deadline = Instant::now() + self.grace;
-        // A bounded poll: pingora has no event for "the last request finished".
+        // A bounded poll: neither plane has an event for "the last request finished".
         while self.shared.active() > 0 && Instant::now() < deadline {
             std::thread::sleep(DRAIN_POLL);
         }
@@ -172,19 +196,34 @@ impl Sidecar {
         if let Some(admin) = self.admin.take() {
             admin.stop();
         }
-        // Pingora's thread now sleeps out its grace and exits on its own; the listener is
-        // already closed, so leave it.
-        self.proxy_thread.take();
+        match &mut self.plane {
+            Plane::Hyper(plane) => plane.shutdown(),
+            // Pingora's thread now sleeps out its grace and exits on its own; the listener
+            // is already closed, so leave it.
+            Plane::Pingora { proxy_thread, .. } => drop(proxy_thread.take()),
+        }
         drained
     }
 
     fn finish_fast(&mut self) {
         let _ = self.stop.send(Some(StopKind::Fast));
-        if let Some(t) = self.proxy_thread.take() {
-            let _ = t.join();
+        match &mut self.plane {
+            Plane::Hyper(plane) => plane.shutdown(),
+            Plane::Pingora { proxy_thread, .. } => {
+                if let Some(t) = proxy_thread.take() {
+                    let _ = t.join();
+                }
+            }
         }
         if let Some(admin) = self.admin.take() {
             admin.stop();
+        }
+    }
+
+    fn running(&self) -> bool {
+        match &self.plane {
+            Plane::Hyper(plane) => plane.is_running(),
+            Plane::Pingora { proxy_thread, .. } => proxy_thread.is_some(),
         }
     }
 
@@ -194,8 +233,10 @@ impl Sidecar {
             if TcpStream::connect_timeout(&self.inbound_addr, Duration::from_millis(100)).is_ok() {
                 return Ok(());
             }
-            if self.proxy_thread.as_ref().is_some_and(|t| t.is_finished()) {
-                break;
+            if let Plane::Pingora { proxy_thread: Some(t), .. } = &self.plane {
+                if t.is_finished() {
+                    break;
+                }
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -205,7 +246,7 @@ impl Sidecar {
 
 impl Drop for Sidecar {
     fn drop(&mut self) {
-        if self.proxy_thread.is_some() {
+        if self.running() || self.admin.is_some() {
             self.finish_fast();
         }
     }

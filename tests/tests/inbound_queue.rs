@@ -280,12 +280,14 @@ async fn a_caller_leaving_mid_request_does_not_free_the_apps_slot_early() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_h2_connection_can_queue_more_than_a_hundred_requests() {
-    // gRPC clients use one connection: it must be able to hold all it has queued, or the
-    // client queues the rest itself where weir cannot refuse them quickly.
+    // gRPC clients use one connection: it must be able to hold all it has queued (up to its
+    // configured share of the queue and its stream limit), or the client queues the rest
+    // itself where weir cannot refuse them quickly.
     let app = Backend::start().await;
     let weir = support::sidecar(app.addr, |c| {
         c.inbound.max_inflight = 1;
         c.inbound.task_timeout = Duration::from_secs(10);
+        c.inbound.max_queued_per_connection = 200;
     });
     let h2 = H2::new();
     let base = format!("http://{}", weir.inbound_addr());

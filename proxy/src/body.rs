@@ -1,0 +1,274 @@
+//! Bodies on the way through, each wait bounded:
+//!
+//! - [`RequestBody`]: the caller's request body as the app reads it; the longest gap between
+//!   two pieces is `timeouts.body_read`, so a body that never ends fails instead of holding
+//!   the exchange (and its in-flight slot) open.
+//! - [`ResponseBody`]: the app's response as the caller reads it. The in-flight slot belongs
+//!   to the app's exchange, not to delivery: a small response of known length is read whole
+//!   before it is sent on, and anything else is moved by a pump task into a short channel,
+//!   so the slot is released when the app has finished, even if the caller has stopped
+//!   reading. A caller that lets the channel stay full for `timeouts.write` loses the
+//!   response.
+
+use std::error::Error as StdError;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::HeaderMap;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use tokio::sync::mpsc;
+use tokio::time::{Instant, Sleep};
+
+/// Errors of bodies passed between the caller and the app.
+pub type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// Frames the pump may run ahead of a caller that reads slowly.
+const PUMP_FRAMES: usize = 16;
+
+/// Why a body ended early.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum BodyStall {
+    #[error("request body: nothing received for longer than timeouts.body_read")]
+    RequestBodyRead,
+    #[error("app response body: nothing received for longer than timeouts.body_read")]
+    ResponseBodyRead,
+    #[error("response not delivered: the caller read nothing for longer than timeouts.write")]
+    CallerWrite,
+    #[error("the app's response ended early")]
+    Aborted,
+}
+
+// === RequestBody ===
+
+/// The caller's body, forwarded to the app with a bound on each gap.
+#[derive(Debug)]
+pub struct RequestBody {
+    inner: Option<Incoming>,
+    gap: Duration,
+    timer: Option<Pin<Box<Sleep>>>,
+    /// A frame arrived since the timer was last armed.
+    progressed: bool,
+}
+
+impl RequestBody {
+    pub fn new(inner: Incoming, gap: Duration) -> Self {
+        let inner = if inner.is_end_stream() { None } else { Some(inner) };
+        RequestBody { inner, gap, timer: None, progressed: false }
+    }
+
+    /// No body at all.
+    pub fn empty() -> Self {
+        RequestBody { inner: None, gap: Duration::ZERO, timer: None, progressed: false }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
+        match Pin::new(inner).poll_frame(cx) {
+            Poll::Ready(Some(frame)) => {
+                this.progressed = true;
+                Poll::Ready(Some(frame.map_err(Into::into)))
+            }
+            Poll::Ready(None) => {
+                this.inner = None;
+                this.timer = None;
+                Poll::Ready(None)
+            }
+            Poll::Pending => {
+                // Armed lazily and re-armed only after progress: one timer per body, not
+                // one per frame.
+                let deadline = Instant::now() + this.gap;
+                let timer = match this.timer.as_mut() {
+                    None => this.timer.insert(Box::pin(tokio::time::sleep_until(deadline))),
+                    Some(timer) => {
+                        if this.progressed {
+                            timer.as_mut().reset(deadline);
+                        }
+                        timer
+                    }
+                };
+                this.progressed = false;
+                ready!(timer.as_mut().poll(cx));
+                this.inner = None;
+                Poll::Ready(Some(Err(BodyStall::RequestBodyRead.into())))
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(Body::is_end_stream)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+    }
+}
+
+// === ResponseBody ===
+
+/// What the caller receives.
+#[derive(Debug)]
+pub struct ResponseBody {
+    kind: Kind,
+}
+
+#[derive(Debug)]
+enum Kind {
+    /// Nothing (refusals, HEAD, 204, 304, errors): end of stream at once, so an HTTP/2
+    /// response is one HEADERS frame with END_STREAM (a gRPC trailers-only response).
+    Empty,
+    /// Read whole from the app already.
+    Buffered { data: Option<Bytes>, trailers: Option<HeaderMap> },
+    /// Fed by a pump task.
+    Pumped { frames: mpsc::Receiver<Item>, hint: SizeHint, ended: bool },
+}
+
+#[derive(Debug)]
+enum Item {
+    Frame(Frame<Bytes>),
+    End,
+    Failed(BodyStall),
+}
+
+impl ResponseBody {
+    pub fn empty() -> Self {
+        ResponseBody { kind: Kind::Empty }
+    }
+
+    pub fn full(data: Bytes, trailers: Option<HeaderMap>) -> Self {
+        let data = (!data.is_empty()).then_some(data);
+        ResponseBody { kind: Kind::Buffered { data, trailers } }
+    }
+
+    /// Moves `body` to the caller through a pump task; `finished` runs as soon as the app's
+    /// body has ended (or failed), whether or not the caller has read it yet.
+    pub fn pumped(
+        body: Incoming,
+        gap: Duration,
+        write: Duration,
+        finished: impl FnOnce(bool) + Send + 'static,
+    ) -> Self {
+        let hint = body.size_hint();
+        let (tx, frames) = mpsc::channel(PUMP_FRAMES);
+        tokio::spawn(pump(body, tx, gap, write, finished));
+        ResponseBody { kind: Kind::Pumped { frames, hint, ended: false } }
+    }
+}
+
+/// Reads the app's body to its end into the channel. `finished(true)` when the app's body
+/// ended cleanly, `finished(false)` when it failed or the caller is gone.
+async fn pump(
+    mut body: Incoming,
+    tx: mpsc::Sender<Item>,
+    gap: Duration,
+    write: Duration,
+    finished: impl FnOnce(bool),
+) {
+    use http_body_util::BodyExt;
+    let mut finished = Some(finished);
+    let mut done = |ok: bool| {
+        if let Some(f) = finished.take() {
+            f(ok)
+        }
+    };
+    loop {
+        let item = match tokio::time::timeout(gap, body.frame()).await {
+            Ok(Some(Ok(frame))) => Item::Frame(frame),
+            Ok(None) => {
+                // The app is done: release its slot before waiting on the caller.
+                done(true);
+                let _ = tokio::time::timeout(write, tx.send(Item::End)).await;
+                return;
+            }
+            Ok(Some(Err(e))) => {
+                tracing::debug!(error = %e, "app response body failed");
+                done(false);
+                let _ = tx.try_send(Item::Failed(BodyStall::Aborted));
+                return;
+            }
+            Err(_) => {
+                done(false);
+                let _ = tx.try_send(Item::Failed(BodyStall::ResponseBodyRead));
+                return;
+            }
+        };
+        match tokio::time::timeout(write, tx.send(item)).await {
+            Ok(Ok(())) => {}
+            // The caller is gone, or has not read for `write`: the exchange is abandoned.
+            Ok(Err(_)) | Err(_) => {
+                done(false);
+                return;
+            }
+        }
+    }
+}
+
+impl Body for ResponseBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match &mut self.kind {
+            Kind::Empty => Poll::Ready(None),
+            Kind::Buffered { data, trailers } => {
+                if let Some(data) = data.take() {
+                    return Poll::Ready(Some(Ok(Frame::data(data))));
+                }
+                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+            }
+            Kind::Pumped { frames, ended, .. } => {
+                if *ended {
+                    return Poll::Ready(None);
+                }
+                match ready!(frames.poll_recv(cx)) {
+                    Some(Item::Frame(frame)) => Poll::Ready(Some(Ok(frame))),
+                    Some(Item::End) => {
+                        *ended = true;
+                        Poll::Ready(None)
+                    }
+                    Some(Item::Failed(why)) => {
+                        *ended = true;
+                        Poll::Ready(Some(Err(why.into())))
+                    }
+                    // The pump gave up without saying why: the caller was too slow.
+                    None => {
+                        *ended = true;
+                        Poll::Ready(Some(Err(BodyStall::CallerWrite.into())))
+                    }
+                }
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Empty => true,
+            Kind::Buffered { data, trailers } => data.is_none() && trailers.is_none(),
+            Kind::Pumped { ended, .. } => *ended,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Empty => SizeHint::with_exact(0),
+            Kind::Buffered { data, .. } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            Kind::Pumped { hint, .. } => *hint,
+        }
+    }
+}

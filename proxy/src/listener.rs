@@ -1,0 +1,170 @@
+//! The inbound listener: accepting (at most `max_connections` at once; beyond that a new
+//! connection is closed at once), telling HTTP/1.1 from h2c prior knowledge within
+//! `timeouts.header_read`, serving each connection with hyper, closing it after
+//! `timeouts.idle` without a request inside, and draining: on a graceful stop, accepting
+//! ends and every connection finishes what it has (HTTP/1.1: the request in progress; h2:
+//! GOAWAY, then the open streams).
+
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulConnection;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::config::InboundConfig;
+use crate::service::{ConnState, Inbound};
+
+mod caller_io;
+mod detect;
+
+use caller_io::CallerIo;
+use detect::Detected;
+
+/// The per-connection settings.
+#[derive(Debug, Clone)]
+pub struct ConnSettings {
+    pub max_connections: usize,
+    pub header_read: Duration,
+    pub idle: Duration,
+    pub write: Duration,
+    pub h2_max_concurrent_streams: u32,
+}
+
+impl ConnSettings {
+    pub fn from_config(inbound: &InboundConfig) -> Self {
+        ConnSettings {
+            max_connections: inbound.max_connections,
+            header_read: inbound.timeouts.header_read,
+            idle: inbound.timeouts.idle,
+            write: inbound.timeouts.write,
+            h2_max_concurrent_streams: inbound.h2.max_concurrent_streams,
+        }
+    }
+}
+
+/// Accepts until `drain` turns true, then returns (dropping the listener).
+pub async fn accept_loop(
+    listener: TcpListener,
+    inbound: Arc<Inbound>,
+    settings: Arc<ConnSettings>,
+    mut drain: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(settings.max_connections));
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = drain.wait_for(|d| *d) => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: back off a little instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            // Over `max_connections`: closed at once (the caller sees a reset, not a hang).
+            drop(stream);
+            continue;
+        };
+        let conn = Connection {
+            inbound: inbound.clone(),
+            settings: settings.clone(),
+            drain: drain.clone(),
+            _permit: permit,
+        };
+        tokio::spawn(conn.serve(stream));
+    }
+}
+
+struct Connection {
+    inbound: Arc<Inbound>,
+    settings: Arc<ConnSettings>,
+    drain: watch::Receiver<bool>,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Connection {
+    async fn serve(mut self, stream: TcpStream) {
+        let _ = stream.set_nodelay(true);
+        let settings = self.settings.clone();
+        let detect_by = Instant::now() + settings.header_read;
+        let detected = match detect::protocol(&stream, detect_by).await {
+            Ok(Some(detected)) => detected,
+            // Closed, failed, or nothing decisive within `header_read`.
+            Ok(None) | Err(_) => return,
+        };
+        let state = Arc::new(ConnState::new());
+        let service = {
+            let (inbound, state) = (self.inbound.clone(), state.clone());
+            service_fn(move |req| inbound.clone().serve(state.clone(), req))
+        };
+        match detected {
+            Detected::Http1 => {
+                let io =
+                    TokioIo::new(CallerIo::http1(stream, settings.write, self.inbound.clone()));
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(settings.header_read)
+                    .serve_connection(io, service);
+                self.drive(conn, &state).await;
+            }
+            Detected::H2 => {
+                let io = TokioIo::new(CallerIo::h2(stream, settings.write));
+                let conn = http2::Builder::new(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .max_concurrent_streams(settings.h2_max_concurrent_streams)
+                    .serve_connection(io, service);
+                self.drive(conn, &state).await;
+            }
+        }
+    }
+
+    /// Runs the connection to its end, asking it to finish gracefully when it has been idle
+    /// for `timeouts.idle` or the sidecar drains.
+    async fn drive<C>(&mut self, conn: C, state: &ConnState)
+    where
+        C: GracefulConnection,
+        C::Error: std::fmt::Display,
+    {
+        let idle = self.settings.idle;
+        let mut conn = pin!(conn);
+        let timer = tokio::time::sleep(idle);
+        let mut timer = pin!(timer);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "caller connection ended");
+                    }
+                    return;
+                }
+                () = timer.as_mut(), if !closing => {
+                    let now = Instant::now();
+                    match state.idle_deadline(idle).map(Instant::from_std) {
+                        Some(at) if at <= now => {
+                            conn.as_mut().graceful_shutdown();
+                            closing = true;
+                        }
+                        Some(at) => timer.as_mut().reset(at),
+                        None => timer.as_mut().reset(now + idle),
+                    }
+                }
+                _ = self.drain.wait_for(|d| *d), if !closing => {
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,207 @@
+//! The caller's socket as hyper sees it, with two additions:
+//!
+//! - **write timeout**: a write that makes no progress for `timeouts.write` (the caller
+//!   stopped reading, the socket buffer is full) fails, which ends the connection;
+//! - **level on hyper's own errors** (HTTP/1.1 only): hyper answers a request it cannot
+//!   parse with a canned `400` (or `431`, `505`) written straight to the socket, past any
+//!   service. Every weir response carries `x-admission-level`, so an error head without it
+//!   is one of those, and the level is added to it on the way out.
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Duration;
+
+use bytes::{Buf, Bytes};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio::time::{Instant, Sleep};
+
+use crate::service::Inbound;
+
+pub struct CallerIo {
+    inner: TcpStream,
+    write_timeout: Duration,
+    stall: Option<Pin<Box<Sleep>>>,
+    /// A write completed since the stall timer was last armed.
+    progressed: bool,
+    /// HTTP/1.1: where the level comes from.
+    stamp: Option<Arc<Inbound>>,
+    /// A rewritten error head still to be written (already reported as written to hyper).
+    pending: Option<Bytes>,
+}
+
+impl CallerIo {
+    pub fn http1(inner: TcpStream, write_timeout: Duration, inbound: Arc<Inbound>) -> Self {
+        CallerIo { stamp: Some(inbound), ..Self::h2(inner, write_timeout) }
+    }
+
+    pub fn h2(inner: TcpStream, write_timeout: Duration) -> Self {
+        CallerIo {
+            inner,
+            write_timeout,
+            stall: None,
+            progressed: false,
+            stamp: None,
+            pending: None,
+        }
+    }
+
+    /// Called when a write returned `Pending`: fails once no write has progressed for the
+    /// write timeout.
+    fn poll_stall(&mut self, cx: &mut Context<'_>) -> io::Result<()> {
+        let deadline = Instant::now() + self.write_timeout;
+        let timer = match self.stall.as_mut() {
+            None => self.stall.insert(Box::pin(tokio::time::sleep_until(deadline))),
+            Some(timer) => {
+                if self.progressed {
+                    timer.as_mut().reset(deadline);
+                }
+                timer
+            }
+        };
+        self.progressed = false;
+        if timer.as_mut().poll(cx).is_ready() {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "caller read nothing for longer than timeouts.write",
+            ));
+        }
+        Ok(())
+    }
+
+    fn written<T>(
+        &mut self,
+        result: Poll<io::Result<T>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<T>> {
+        match result {
+            Poll::Ready(r) => {
+                self.progressed = true;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                self.poll_stall(cx)?;
+                Poll::Pending
+            }
+        }
+    }
+
+    /// Writes out a rewritten error head first.
+    fn poll_pending(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while let Some(mut pending) = self.pending.take() {
+            let result = Pin::new(&mut self.inner).poll_write(cx, &pending);
+            let n = match self.written(result, cx) {
+                Poll::Ready(Ok(n)) => n,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => {
+                    self.pending = Some(pending);
+                    return Poll::Pending;
+                }
+            };
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            pending.advance(n);
+            if !pending.is_empty() {
+                self.pending = Some(pending);
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// If `buf` is a whole error head without the level, the head with it.
+    fn stamped(&self, buf: &[u8]) -> Option<Bytes> {
+        let inbound = self.stamp.as_ref()?;
+        // "HTTP/1.1 400 ...": one of the statuses hyper answers parse errors with, and the
+        // whole head in this one buffer.
+        if buf.len() < 16 || !buf.starts_with(b"HTTP/1.") {
+            return None;
+        }
+        if !matches!(&buf[9..13], b"400 " | b"431 " | b"505 ") {
+            return None;
+        }
+        let head_end = find(buf, b"\r\n\r\n")? + 4;
+        let (name, value) = inbound.level_header();
+        let mut line = Vec::with_capacity(name.as_str().len() + value.len() + 6);
+        line.extend_from_slice(b"\r\n");
+        line.extend_from_slice(name.as_str().as_bytes());
+        line.extend_from_slice(b": ");
+        if find(&buf[..head_end], &line[..line.len() - 2]).is_some() {
+            return None;
+        }
+        line.extend_from_slice(value.as_bytes());
+        let status_end = find(buf, b"\r\n")?;
+        let mut head = Vec::with_capacity(head_end + line.len());
+        head.extend_from_slice(&buf[..status_end]);
+        head.extend_from_slice(&line);
+        head.extend_from_slice(&buf[status_end..head_end]);
+        Some(head.into())
+    }
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+impl AsyncRead for CallerIo {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for CallerIo {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        ready!(this.poll_pending(cx))?;
+        if let Some(head) = this.stamped(buf) {
+            let consumed = find(buf, b"\r\n\r\n").map_or(buf.len(), |i| i + 4);
+            this.pending = Some(head);
+            return Poll::Ready(Ok(consumed));
+        }
+        let result = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.written(result, cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = &mut *self;
+        ready!(this.poll_pending(cx))?;
+        if let Some(first) = bufs.iter().find(|b| !b.is_empty()) {
+            if let Some(head) = this.stamped(first) {
+                let consumed = find(first, b"\r\n\r\n").map_or(first.len(), |i| i + 4);
+                this.pending = Some(head);
+                return Poll::Ready(Ok(consumed));
+            }
+        }
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.written(result, cx)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_pending(cx))?;
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        ready!(self.poll_pending(cx))?;
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,438 @@
+//! The inbound request path as a stack of layers, one concern each, outermost first:
+//!
+//! 1. **level** ([`Inbound::serve`]): every response — the app's, a refusal, weir's own
+//!    error — leaves with `x-admission-level`.
+//! 2. **priority** ([`Inbound::priority`]): from the headers (inner hop) or the priority
+//!    table (entry), before a byte of the body is read.
+//! 3. **admission**: below the admission level is refused (enforce) or counted (shadow).
+//! 4. **queue** ([`queue`]): a free in-flight slot, or a wait in priority order; the wait is
+//!    the queuing time the detector averages. One connection may hold at most
+//!    `max_queued_per_connection` of the waiters. A caller that leaves while queued (h2
+//!    reset, HTTP/1.1 close) drops this future, which leaves the queue.
+//! 5. **gate**: at dequeue, a request whose budget is spent, that waited too long, or that
+//!    cannot finish in time is refused and never forwarded.
+//! 6. **app** ([`forward`]): the request goes to the app with the remaining budget; the
+//!    response head is bounded by it; the in-flight slot is released when the app's
+//!    exchange ends (see [`crate::body`]).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use admission_core::audit::Outcome;
+use admission_core::{residence_gate, Decision, GateDecision, Priority};
+use http::header::CONTENT_TYPE;
+use http::{HeaderName, Method, Request, Response, StatusCode};
+use hyper::body::{Body, Incoming};
+
+use crate::app_client::{ClientSettings, Endpoint, Protocol};
+use crate::body::{RequestBody, ResponseBody};
+use crate::config::{AppProtocol, SidecarConfig};
+use crate::deadline;
+use crate::priority::PriorityHeaders;
+use crate::refusal::{Refusals, ShedReason};
+use crate::shared::Shared;
+use crate::telemetry::ProxyMetrics;
+
+mod exchange;
+mod forward;
+mod queue;
+
+use exchange::AppExchange;
+
+const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+
+/// A response of known length up to this size is read whole from the app before it is sent
+/// on, so its in-flight slot is free before the caller reads a byte of it.
+const BUFFER_LIMIT: u64 = 64 * 1024;
+
+/// Idle HTTP/1.1 connections to the app older than this are closed rather than reused
+/// (below common app keep-alive timeouts, so weir rarely reuses one the app is closing).
+const APP_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Shared h2c connections to the app.
+const APP_H2_CONNECTIONS: usize = 2;
+
+/// The inbound role's request path, shared by every connection.
+pub struct Inbound {
+    shared: Arc<Shared>,
+    metrics: ProxyMetrics,
+    refusals: Refusals,
+    priority: PriorityHeaders,
+    timeout_header: HeaderName,
+    entry: bool,
+    task_timeout: Duration,
+    overload_max_wait: Duration,
+    app: Endpoint,
+    app_protocol: AppProtocol,
+    max_queued_per_connection: usize,
+    body_read: Duration,
+    write: Duration,
+}
+
+/// What one caller connection shares with its requests.
+#[derive(Debug, Default)]
+pub struct ConnState {
+    /// Requests of this connection waiting in the queue.
+    queued: AtomicUsize,
+    /// Requests of this connection inside the sidecar (for the idle timeout).
+    busy: AtomicUsize,
+    /// When the last request left, in nanoseconds since [`epoch`].
+    idle_since: AtomicU64,
+}
+
+/// Keeps a connection counted busy while one of its requests is inside.
+struct Busy<'a>(&'a ConnState);
+
+/// What a layer answers instead of passing the request on.
+type Early = Response<ResponseBody>;
+
+// === impl Inbound ===
+
+impl Inbound {
+    pub fn new(
+        config: &SidecarConfig,
+        shared: Arc<Shared>,
+        metrics: ProxyMetrics,
+    ) -> Result<Self, String> {
+        let inbound = &config.inbound;
+        let header = |s: &str| HeaderName::from_bytes(s.as_bytes()).map_err(|e| e.to_string());
+        let names = &inbound.headers;
+        let settings = ClientSettings {
+            connect_timeout: inbound.timeouts.app_connect,
+            // More idle connections than requests ever at the app at once are never used.
+            max_idle_http1: inbound.max_inflight.max(1),
+            idle_timeout: APP_IDLE_TIMEOUT.min(inbound.timeouts.idle),
+            h2_connections: APP_H2_CONNECTIONS,
+        };
+        Ok(Inbound {
+            shared,
+            metrics,
+            refusals: Refusals::new(
+                header(&names.level)?,
+                header(&names.shed)?,
+                inbound.retry_after,
+            ),
+            priority: PriorityHeaders {
+                business: header(&names.business)?,
+                user: header(&names.user)?,
+                forward_user_id: inbound.forward_user_id,
+                default: inbound.default_priority(),
+            },
+            timeout_header: header(&names.timeout)?,
+            entry: inbound.entry,
+            task_timeout: inbound.task_timeout,
+            overload_max_wait: inbound.overload_max_wait,
+            app: Endpoint::new(inbound.app, settings),
+            app_protocol: inbound.app_protocol,
+            max_queued_per_connection: inbound.max_queued_per_connection,
+            body_read: inbound.timeouts.body_read,
+            write: inbound.timeouts.write,
+        })
+    }
+
+    pub fn shared(&self) -> &Arc<Shared> {
+        &self.shared
+    }
+
+    pub fn app_addr(&self) -> SocketAddr {
+        self.app.addr()
+    }
+
+    /// `x-admission-level` (as configured) and the current level.
+    pub fn level_header(&self) -> (&HeaderName, http::HeaderValue) {
+        let value = self.refusals.level_value(self.shared.engine.level());
+        (self.refusals.level_name().name(), value)
+    }
+
+    /// The level layer around everything else.
+    pub async fn serve(
+        self: Arc<Self>,
+        conn: Arc<ConnState>,
+        req: Request<Incoming>,
+    ) -> Result<Response<ResponseBody>, Infallible> {
+        let _busy = Busy::new(&conn);
+        let _active = self.shared.active_request();
+        let mut response = self.handle(&conn, req).await;
+        let level = self.refusals.level_value(self.shared.engine.level());
+        response.headers_mut().insert(self.refusals.level_name().name().clone(), level);
+        Ok(response)
+    }
+
+    async fn handle(self: &Arc<Self>, conn: &ConnState, req: Request<Incoming>) -> Early {
+        let arrival = Instant::now();
+        let (mut parts, body) = req.into_parts();
+        let grpc = parts
+            .headers
+            .get(CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if parts.method == Method::CONNECT {
+            // weir forwards requests to its app; it is not a tunnel.
+            return self.error(StatusCode::METHOD_NOT_ALLOWED, grpc);
+        }
+        let priority = match self.priority(&mut parts) {
+            Ok(p) => p,
+            Err(early) => return *early,
+        };
+        let deadline = arrival + self.budget(&parts.headers);
+        let engine = &self.shared.engine;
+
+        // Admission.
+        let mut would_shed = match engine.admit(priority) {
+            Decision::Admit => false,
+            Decision::WouldShed => true,
+            Decision::Shed => return self.refuse(grpc, ShedReason::Overload, priority),
+        };
+
+        // Queue.
+        let (slot, queued) = match self.shared.limit.try_slot() {
+            Some(slot) => {
+                engine.record_queuing(Duration::ZERO);
+                self.metrics.queuing_time.record(0.0);
+                (slot, false)
+            }
+            None => match self.wait_for_slot(conn, priority).await {
+                Ok((slot, over_bound)) => {
+                    would_shed |= over_bound;
+                    (slot, true)
+                }
+                Err(()) => return self.refuse(grpc, ShedReason::Overload, priority),
+            },
+        };
+
+        // Gate. Without a wait, the arrival is "now" to within microseconds.
+        let now = if queued { Instant::now() } else { arrival };
+        let clock = engine.clock();
+        let gate = residence_gate(
+            clock.nanos_at(arrival),
+            clock.nanos_at(now),
+            clock.nanos_at(deadline),
+            self.task_timeout.as_nanos() as u64,
+        );
+        let late = queued
+            && (deadline.saturating_duration_since(now) < self.shared.app_time.typical()
+                || self.waited_out(arrival));
+        if gate != GateDecision::Forward || late {
+            if !self.shadow() {
+                drop(slot);
+                // The queuing sample counted it as dispatched; it never reached the app, so
+                // the goodput law must not count it as capacity.
+                engine.record_gate_drop();
+                return self.refuse(grpc, ShedReason::Deadline, priority);
+            }
+            would_shed = true;
+        }
+        let outcome = if would_shed { Outcome::WouldShed } else { Outcome::Admitted };
+        self.shared.audit.record(priority.business, outcome);
+
+        // App. What shadow mode forwards although enforcing would not have may be past its
+        // budget already; it gets the task timeout, as if weir were not there.
+        let exchange = AppExchange::new(slot, now, self.shared.clone());
+        let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
+        self.forward(parts, body, deadline, exchange, grpc).await
+    }
+
+    /// The priority layer. Entry: the table's verdict replaces whatever the client claimed
+    /// (the path the table saw is the one forwarded); inner hop: the caller's headers.
+    fn priority(&self, parts: &mut http::request::Parts) -> Result<Priority, Box<Early>> {
+        let table = self.shared.table.load();
+        if self.entry {
+            let unix = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
+            let stamped = self.priority.stamp_parts(
+                &parts.method,
+                &parts.uri,
+                &mut parts.headers,
+                &table,
+                unix,
+            );
+            return match stamped {
+                Ok(stamp) => {
+                    if let Some(path) = stamp.rewrite {
+                        forward::replace_path(&mut parts.uri, path);
+                    }
+                    Ok(stamp.priority)
+                }
+                // A path that cannot be normalised is not classified, and not forwarded.
+                Err(bad) => {
+                    let mut resp = self.error(StatusCode::BAD_REQUEST, false);
+                    resp.headers_mut().remove(http::header::CONTENT_LENGTH);
+                    *resp.body_mut() = ResponseBody::full(bad.to_string().into(), None);
+                    Err(Box::new(resp))
+                }
+            };
+        }
+        let default = self.priority.default_priority(&table);
+        let read = self.priority.read(&parts.headers, default);
+        if let Some(reason) = read.invalid {
+            self.metrics.header_invalid(reason).increment(1);
+        }
+        Ok(read.priority)
+    }
+
+    /// The caller's remaining budget: `grpc-timeout`, else the timeout header, else the task
+    /// timeout. An unparsable value counts as absent.
+    fn budget(&self, headers: &http::HeaderMap) -> Duration {
+        let grpc =
+            headers.get(GRPC_TIMEOUT).and_then(|v| deadline::parse_grpc_timeout(v.as_bytes()));
+        grpc.or_else(|| {
+            headers.get(&self.timeout_header).and_then(|v| deadline::parse_timeout_ms(v.as_bytes()))
+        })
+        .unwrap_or(self.task_timeout)
+    }
+
+    fn shadow(&self) -> bool {
+        self.shared.engine.mode() == admission_core::Mode::Shadow
+    }
+
+    /// Under overload, a request that waited longer than `overload_max_wait` is backlog the
+    /// admission level has not cut yet: drop it so the queue stops delaying everyone.
+    fn waited_out(&self, arrival: Instant) -> bool {
+        !self.overload_max_wait.is_zero()
+            && self.shared.engine.overloaded()
+            && arrival.elapsed() > self.overload_max_wait
+    }
+
+    fn refuse(&self, grpc: bool, reason: ShedReason, priority: Priority) -> Early {
+        let outcome = match reason {
+            ShedReason::Overload => Outcome::ShedOverload,
+            ShedReason::Deadline => Outcome::ShedDeadline,
+        };
+        self.shared.audit.record(priority.business, outcome);
+        let (status, headers) = self.refusals.refusal_head(grpc, reason);
+        respond(status, headers)
+    }
+
+    fn error(&self, status: StatusCode, grpc: bool) -> Early {
+        let (status, headers) = self.refusals.error_head(status, grpc);
+        respond(status, headers)
+    }
+
+    /// The app layer: forward, bound the head by the budget, and settle the exchange when
+    /// the app's body has ended.
+    async fn forward(
+        &self,
+        parts: http::request::Parts,
+        body: Incoming,
+        deadline: Instant,
+        exchange: AppExchange,
+        grpc: bool,
+    ) -> Early {
+        let protocol = match self.app_protocol {
+            AppProtocol::Auto if parts.version == http::Version::HTTP_2 => Protocol::H2c,
+            AppProtocol::Auto | AppProtocol::Http1 => Protocol::Http1,
+            AppProtocol::H2c => Protocol::H2c,
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let body = RequestBody::new(body, self.body_read);
+        let req = forward::app_request(
+            parts,
+            body,
+            protocol,
+            self.app.addr(),
+            remaining,
+            &self.timeout_header,
+        );
+        let sent = tokio::time::timeout_at(deadline.into(), self.app.send(protocol, req)).await;
+        let crate::app_client::Exchange { response, lease } = match sent {
+            Ok(Ok(exchange)) => exchange,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "app request failed");
+                exchange.failed();
+                return self.error(StatusCode::BAD_GATEWAY, grpc);
+            }
+            Err(_) => {
+                exchange.failed();
+                return self.error(StatusCode::GATEWAY_TIMEOUT, grpc);
+            }
+        };
+        let (mut head, body) = response.into_parts();
+        forward::clean_response_headers(&mut head.headers);
+        if body.is_end_stream() {
+            exchange.done();
+            lease.reusable();
+            return Response::from_parts(head, ResponseBody::empty());
+        }
+        if body.size_hint().exact().is_some_and(|n| n <= BUFFER_LIMIT) {
+            use http_body_util::BodyExt;
+            return match tokio::time::timeout_at(deadline.into(), body.collect()).await {
+                Ok(Ok(collected)) => {
+                    exchange.done();
+                    lease.reusable();
+                    let trailers = collected.trailers().cloned();
+                    Response::from_parts(head, ResponseBody::full(collected.to_bytes(), trailers))
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "app response body failed");
+                    exchange.failed();
+                    self.error(StatusCode::BAD_GATEWAY, grpc)
+                }
+                Err(_) => {
+                    exchange.failed();
+                    self.error(StatusCode::GATEWAY_TIMEOUT, grpc)
+                }
+            };
+        }
+        let body = ResponseBody::pumped(body, self.body_read, self.write, move |ok| {
+            if ok {
+                exchange.done();
+                lease.reusable();
+            } else {
+                exchange.failed();
+            }
+        });
+        Response::from_parts(head, body)
+    }
+}
+
+fn respond(status: StatusCode, headers: http::HeaderMap) -> Early {
+    let mut resp = Response::new(ResponseBody::empty());
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+// === impl ConnState ===
+
+impl ConnState {
+    pub fn new() -> Self {
+        let state = ConnState::default();
+        state.idle_since.store(since_epoch(Instant::now()), Release);
+        state
+    }
+
+    /// When the connection has been idle for `idle` (no request inside since then), or
+    /// `None` while a request is inside.
+    pub fn idle_deadline(&self, idle: Duration) -> Option<Instant> {
+        if self.busy.load(Acquire) > 0 {
+            return None;
+        }
+        Some(epoch() + Duration::from_nanos(self.idle_since.load(Acquire)) + idle)
+    }
+}
+
+impl<'a> Busy<'a> {
+    fn new(conn: &'a ConnState) -> Self {
+        conn.busy.fetch_add(1, AcqRel);
+        Busy(conn)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        // Stamped before the count drops, so a watcher that sees zero sees the new stamp.
+        self.0.idle_since.store(since_epoch(Instant::now()), Release);
+        self.0.busy.fetch_sub(1, AcqRel);
+    }
+}
+
+/// A process-wide origin for instants kept in atomics.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn since_epoch(t: Instant) -> u64 {
+    t.saturating_duration_since(epoch()).as_nanos() as u64
+}
