@@ -10,6 +10,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -131,12 +132,32 @@ pub async fn serve(
                         return;
                     }
                 };
+            // hyper's header_read_timeout does not cover the wait for the first bytes (the
+            // HTTP/1.1 vs HTTP/2 detection, or an HTTP/2 preface): a connection that sends
+            // no request within header_read_timeout is closed here.
+            let header_read_timeout = state.limits.header_read_timeout;
+            let requested = Arc::new(AtomicBool::new(false));
+            let seen = requested.clone();
             let service = service_fn(move |req| {
                 let state = state.clone();
+                seen.store(true, Ordering::Relaxed);
                 async move { Ok::<_, Infallible>(handle(&state, req).await) }
             });
             let conn = builder.serve_connection(TokioIo::new(tls), service);
-            if let Err(e) = watcher.watch(conn.into_owned()).await {
+            let mut conn = std::pin::pin!(watcher.watch(conn.into_owned()));
+            let ended = tokio::select! {
+                ended = &mut conn => Some(ended),
+                _ = tokio::time::sleep(header_read_timeout) => None,
+            };
+            let ended = match ended {
+                Some(ended) => ended,
+                None if requested.load(Ordering::Relaxed) => conn.await,
+                None => {
+                    tracing::debug!(%peer, "no request within the header read timeout");
+                    return;
+                }
+            };
+            if let Err(e) = ended {
                 tracing::debug!(%peer, error = %e, "connection ended with an error");
             }
         });
@@ -185,7 +206,11 @@ async fn admit(state: &State, scope: Scope, req: Request<Incoming>) -> Response<
     let bad = |status: StatusCode, message: String| {
         state.metrics.review(Outcome::BadReview);
         tracing::warn!(%status, %message, "review refused");
-        error(status, &message)
+        let mut r = error(status, &message);
+        // The body may be partly unread: do not reuse the connection (HTTP/1.1; hyper
+        // drops the header on HTTP/2, where the stream is reset instead).
+        r.headers_mut().insert(header::CONNECTION, http::HeaderValue::from_static("close"));
+        r
     };
     if let Some(ct) = req.headers().get(header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or("");

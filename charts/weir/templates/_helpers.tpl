@@ -146,8 +146,20 @@ app.kubernetes.io/component: injector
 {{- define "weir.injector.validate" -}}
 {{- $tls := .Values.injector.tls -}}
 {{- if not $tls.certManager.enabled -}}
-{{- if not (and $tls.crt $tls.key $tls.caBundle) -}}
-{{- fail "injector.enabled needs TLS: set injector.tls.crt, injector.tls.key and injector.tls.caBundle, or injector.tls.certManager.enabled=true" -}}
+{{- if and (or $tls.crt $tls.key $tls.caBundle) (not (and $tls.crt $tls.key $tls.caBundle)) -}}
+{{- fail "injector.tls: set crt, key and caBundle together (or none of them to have the chart generate a certificate, or certManager.enabled=true)" -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the injector's certificate comes from: certManager, given (values) or generate. */}}
+{{- define "weir.injector.tlsMode" -}}
+{{- $tls := .Values.injector.tls -}}
+{{- if $tls.certManager.enabled -}}
+certManager
+{{- else if and $tls.crt $tls.key $tls.caBundle -}}
+given
+{{- else -}}
+generate
 {{- end -}}
 {{- end -}}

@@ -30,6 +30,8 @@ from pathlib import Path
 import kubernetes_validate
 import yaml
 
+import inject_checks
+
 REPO = Path(__file__).resolve().parents[3]
 CHARTS = REPO / "charts"
 GOLDEN = CHARTS / "weir" / "tests" / "golden"
@@ -123,12 +125,14 @@ class Helm:
 
 
 def normalize(text: str) -> str:
-    """Masks what differs between renders: generated secret values."""
+    """Masks what differs between renders: generated secret values, certificates and the
+    CA bundle of a chart-generated webhook certificate."""
     docs = text.split("\n---\n")
     out = []
     for doc in docs:
         if 'weir.dev/generated: "true"' in doc:
             doc = re.sub(r"(?m)^(data:\n(?:  #.*\n)?  [\w.-]+: ).*$", r"\1<generated>", doc)
+            doc = re.sub(r"(?m)^(\s+(?:tls\.crt|tls\.key|ca\.crt|caBundle): ).*$", r"\1<generated>", doc)
         out.append(doc)
     return "\n---\n".join(out)
 
@@ -384,7 +388,11 @@ def check_injector(case: Case) -> None:
         assert cert_manager or w["clientConfig"].get("caBundle"), "webhook has no CA bundle"
         exprs = {e["key"]: e for e in w["namespaceSelector"]["matchExpressions"]}
         assert NAMESPACE in exprs["kubernetes.io/metadata.name"]["values"], "release namespace not excluded"
+        assert "kube-system" in exprs["kubernetes.io/metadata.name"]["values"], "kube-system not excluded"
         assert w["sideEffects"] == "None"
+        assert w["reinvocationPolicy"] == "IfNeeded", "the injector must see pods other webhooks changed"
+        assert w["admissionReviewVersions"] == ["v1"]
+        assert 1 <= w["timeoutSeconds"] <= 30
     pod = dep["spec"]["template"]
     assert pod["metadata"]["labels"].get("weir.dev/inject") == "disabled", "injector pods must opt out of injection"
     assert pod["spec"]["automountServiceAccountToken"] is False
@@ -396,6 +404,22 @@ def check_injector(case: Case) -> None:
         assert f"{svc['metadata']['name']}.{NAMESPACE}.svc" in cert["spec"]["dnsNames"]
     else:
         assert ("Secret", tls_secret) in {(o["kind"], o["metadata"]["name"]) for o in case.objects}
+        [secret] = [o for o in by_kind(case, "Secret") if o["metadata"]["name"] == tls_secret]
+        ca = base64.b64decode(secret["data"]["ca.crt"])
+        assert all(base64.b64decode(w["clientConfig"]["caBundle"]) == ca for w in hook["webhooks"]), \
+            "the webhook's caBundle is not the CA in the TLS Secret"
+    # The server's own exclusions match the webhook's, and it runs the rendered template.
+    container = one(pod["spec"]["containers"], "injector container")
+    args = container["args"]
+    assert args[0] == "inject", args
+    excluded = {args[i + 1] for i, a in enumerate(args) if a == "--exclude-namespace"}
+    assert {"kube-system"} <= excluded, f"injector args exclude {excluded}"
+    assert any(e["name"] == "POD_NAMESPACE" for e in container["env"]), "injector must know its namespace"
+    replicas = dep["spec"]["replicas"]
+    pdbs = [p for p in by_kind(case, "PodDisruptionBudget") if p["metadata"]["name"] == dep["metadata"]["name"]]
+    if pdbs:
+        assert pdbs[0]["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items(), "PDB selects no injector pod"
+        assert replicas > pdbs[0]["spec"]["minAvailable"], "a PDB as large as the replica count blocks every drain"
 
 
 def check_rules(rule: dict) -> None:
@@ -470,7 +494,8 @@ REJECTED = [
     ("root-user", ["--set", "sidecar.runAsUser=0"], "runAsUser"),
     ("rule-without-business", ["--set-json", 'table.rules=[{"name":"x","match":{"path":"/x"}}]'], "business"),
     ("port-collision", ["--set", "config.admin.public_listen=0.0.0.0:15001"], "distinct ports"),
-    ("injector-without-tls", ["--set", "injector.enabled=true"], "injector.enabled needs TLS"),
+    ("injector-partial-tls", ["--set", "injector.tls.crt=x"], "set crt, key and caBundle together"),
+    ("injector-pdb-not-a-number", ["--set", "injector.podDisruptionBudget.minAvailable=half"], "minAvailable"),
     ("native-on-1.27", ["--kube-version", "1.27.0", "--set", "sidecar.native=true"], "needs Kubernetes >= 1.28"),
 ]
 
@@ -482,10 +507,10 @@ def check_rejected(helm: Helm, name: str, args: list[str], needle: str) -> None:
     assert needle in out.stderr, f"{name}: error does not mention {needle!r}:\n{out.stderr.strip()}"
 
 
-def check_notes(helm: Helm, values: str, needles: list[str]) -> None:
+def check_notes(helm: Helm, values: str, needles: list[str], *extra: str) -> None:
     """NOTES.txt renders (helm install --dry-run=client needs no cluster)."""
     out = helm.run("install", RELEASE["weir"], str(CHARTS / "weir"), "--dry-run=client", "--namespace", NAMESPACE,
-                   "-f", str(CHARTS / "weir" / "ci" / values))
+                   "-f", str(CHARTS / "weir" / "ci" / values), *extra)
     assert out.returncode == 0, out.stderr
     notes = out.stdout.split("NOTES:", 1)[-1]
     for needle in needles:
@@ -508,17 +533,22 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--helm", required=True, type=Path)
     parser.add_argument("--scratch", required=True, type=Path)
+    parser.add_argument("--weir", required=True, type=Path, help="the weir binary (config/table checks, injector e2e)")
     args = parser.parse_args()
     update = os.environ.get("UPDATE_GOLDEN") == "1"
 
     helm = Helm(args.helm.resolve(), args.scratch)
+    weir = args.weir.resolve()
     cases = discover_cases()
     checks: list[tuple[str, callable]] = [
         ("values documented", check_values_documented),
         ("chart versions", check_versions),
         ("given secrets land verbatim", lambda: check_given_secrets(helm)),
-        ("NOTES (defaults)", lambda: check_notes(helm, "default-values.yaml", ["injector is off", "port-forward"])),
-        ("NOTES (injector)", lambda: check_notes(helm, "all-on-values.yaml", ["weir.dev/inject=enabled", "not implemented"])),
+        ("NOTES (defaults)", lambda: check_notes(helm, "default-values.yaml", ["Injection webhook", "TLS generate", "port-forward"])),
+        ("NOTES (injector off)", lambda: check_notes(helm, "default-values.yaml", ["injector is off"], "--set", "injector.enabled=false")),
+        ("NOTES (injector)", lambda: check_notes(helm, "all-on-values.yaml", ["weir.dev/inject=enabled", "weir.dev/inject: \"false\""])),
+        ("weir config check / table validate reject bad files", lambda: inject_checks.check_weir_rejects(weir, args.scratch)),
+        ("inject golden patches: python jsonpatch + kubernetes 1.29-1.33 schemas", inject_checks.check_golden_patches),
     ]
     checks += [(f"rejects {n}", (lambda n=n, a=a, s=s: check_rejected(helm, n, a, s))) for n, a, s in REJECTED]
 
@@ -529,6 +559,8 @@ def main() -> int:
             (f"{case.name}: golden", lambda: check_golden(case, update)),
             (f"{case.name}: kubernetes {case.kube_version} schema", lambda: validate_objects(case)),
             (f"{case.name}: invariants", lambda: check_invariants(case)),
+            (f"{case.name}: weir config check / table validate --offline",
+             lambda: inject_checks.check_weir_files(case.name, case.objects, weir, args.scratch)),
         ]
 
     def run(check) -> tuple[str, str | None]:
@@ -553,6 +585,12 @@ def main() -> int:
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = [r for rs in pool.map(run_case, cases) for r in rs]
         results += list(pool.map(run, checks))
+    # Checks that need several renders.
+    rendered = {c.name: c.objects for c in cases}
+    results.append(run(("inject fixture templates are the chart's renders",
+                        lambda: inject_checks.check_fixture_templates(rendered, update))))
+    results.append(run(("injector e2e: rendered Deployment args, chart-generated certificate, HTTPS client trusting the caBundle",
+                        lambda: inject_checks.check_injector_e2e(rendered["weir__default"], weir, args.scratch, NAMESPACE))))
     stale = sorted({p.name for p in GOLDEN.glob("*.yaml")} - {f"{c.name}.yaml" for c in cases})
     if update:
         for name in stale:
