@@ -30,6 +30,7 @@ pub use self::compiled::{Classification, CompiledTable, RequestView};
 pub use self::error::{from_yaml_str, FieldError, TableError, TableErrors};
 pub use self::path::{normalize_path, PathError};
 pub use self::raw::{MAX_DOCUMENT_BYTES, MAX_NESTING};
+pub use self::validate::{check_reserved_header, RESERVED_HEADERS};
 
 /// The table shipped in the binary, used when no other source is configured.
 pub const EMBEDDED_DEFAULT_YAML: &str = include_str!("default-table.yaml");

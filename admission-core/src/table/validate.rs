@@ -216,6 +216,8 @@ fn check_user(table: &PriorityTable, errors: &mut Vec<TableError>) {
     } else if !is_token(header) {
         errors
             .push(TableError::new("user.header", format!("`{header}` is not a valid header name")));
+    } else if let Err(why) = check_reserved_header(&header.to_ascii_lowercase()) {
+        errors.push(TableError::new("user.header", why));
     }
     if table.user.rekey_every < Duration::from_secs(1) {
         errors.push(TableError::new(
@@ -223,6 +225,54 @@ fn check_user(table: &PriorityTable, errors: &mut Vec<TableError>) {
             "must be at least 1s (the re-key period counts whole seconds)",
         ));
     }
+}
+
+/// Header names weir must never set, remove or rename: message framing (a priority stamped
+/// into `content-length` would corrupt every message), connection management (hop-by-hop,
+/// RFC 9110 section 7.6.1), routing (`host`), credentials, and the gRPC status headers its
+/// refusals write.
+pub const RESERVED_HEADERS: &[&str] = &[
+    "connection",
+    "content-length",
+    "content-type",
+    "content-encoding",
+    "host",
+    "keep-alive",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "trailers",
+    "transfer-encoding",
+    "upgrade",
+    "http2-settings",
+    "authorization",
+    "cookie",
+    "set-cookie",
+    "expect",
+    "date",
+    "retry-after",
+    "grpc-status",
+    "grpc-message",
+    "grpc-timeout",
+    "grpc-encoding",
+    "grpc-accept-encoding",
+    "grpc-retry-pushback-ms",
+];
+
+/// Why a lower-case header name cannot be one weir is configured to set or strip.
+pub fn check_reserved_header(name: &str) -> Result<(), String> {
+    if name.starts_with(':') {
+        return Err(format!("`{name}` is an HTTP/2 pseudo-header"));
+    }
+    if RESERVED_HEADERS.contains(&name) || name.starts_with("proxy-") {
+        return Err(format!(
+            "`{name}` is reserved (framing, hop-by-hop, routing, credentials or gRPC status); \
+             choose an `x-` name"
+        ));
+    }
+    Ok(())
 }
 
 /// RFC 9110 `token`: the syntax of methods and header names.

@@ -106,7 +106,8 @@ impl ControlPlane {
             tokio::spawn(async move {
                 // Protocol detection reads the first bytes before hyper's own header timer
                 // starts; a peer that sends nothing is bounded here.
-                if tokio::time::timeout(header_read, stream.readable()).await.is_err() {
+                let mut first = [0u8; 1];
+                if tokio::time::timeout(header_read, stream.peek(&mut first)).await.is_err() {
                     tracing::debug!("admin connection sent nothing within header_read");
                     return;
                 }

@@ -19,39 +19,6 @@ pub const MAX_COUNT: usize = 1_000_000;
 /// Longest duration accepted for any timeout or grace.
 pub const MAX_DURATION: Duration = Duration::from_secs(3600);
 
-/// Header names weir must never set or rename: message framing (a priority stamped into
-/// `content-length` would corrupt every response), connection management (hop-by-hop,
-/// RFC 9110 section 7.6.1), routing (`host`) and HTTP/2 pseudo-headers.
-const RESERVED_HEADERS: &[&str] = &[
-    "connection",
-    "content-length",
-    "content-type",
-    "content-encoding",
-    "host",
-    "keep-alive",
-    "proxy-authenticate",
-    "proxy-authorization",
-    "proxy-connection",
-    "te",
-    "trailer",
-    "trailers",
-    "transfer-encoding",
-    "upgrade",
-    "http2-settings",
-    "authorization",
-    "cookie",
-    "set-cookie",
-    "expect",
-    "date",
-    "retry-after",
-    "grpc-status",
-    "grpc-message",
-    "grpc-timeout",
-    "grpc-encoding",
-    "grpc-accept-encoding",
-    "grpc-retry-pushback-ms",
-];
-
 /// Why `name` cannot be a configurable header, if it cannot.
 pub fn check_header_name(name: &str) -> Result<(), String> {
     if name.starts_with(':') {
@@ -62,13 +29,7 @@ pub fn check_header_name(name: &str) -> Result<(), String> {
     {
         return Err(format!("`{name}` is not a valid lowercase header name"));
     }
-    if RESERVED_HEADERS.contains(&name) || name.starts_with("proxy-") {
-        return Err(format!(
-            "`{name}` is reserved (framing, hop-by-hop, routing or gRPC status); choose an \
-             `x-` name"
-        ));
-    }
-    Ok(())
+    admission_core::table::check_reserved_header(name)
 }
 
 // === impl SidecarConfig (validation) ===

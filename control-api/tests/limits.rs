@@ -1,0 +1,117 @@
+//! Every wait on the admin listener is bounded by a named setting, and table checks beyond
+//! `max_concurrent_table_checks` are refused at once instead of queueing.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use control_api::{AdminConfig, AdminTimeouts};
+use http::{Method, StatusCode};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn tight(cfg: AdminConfig) -> AdminConfig {
+    AdminConfig {
+        timeouts: AdminTimeouts {
+            header_read: Duration::from_millis(300),
+            body_read: Duration::from_millis(300),
+        },
+        ..cfg
+    }
+}
+
+/// Reads until the peer closes (or 10 s pass); returns what arrived and when it closed.
+async fn read_until_closed(stream: &mut TcpStream) -> (String, Duration) {
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < Duration::from_secs(10) {
+        match tokio::time::timeout(Duration::from_secs(10), stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) | Err(_) => break,
+            Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    (String::from_utf8_lossy(&got).into_owned(), started.elapsed())
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_closed_after_header_read() {
+    let (cfg, dir) = common::config();
+    let s = common::start_with(tight(cfg), dir).await;
+    let mut silent = TcpStream::connect(s.addr).await.unwrap();
+    let (_, took) = read_until_closed(&mut silent).await;
+    assert!(took < Duration::from_secs(3), "closed after {took:?}");
+
+    // A head that never completes.
+    let mut slow = TcpStream::connect(s.addr).await.unwrap();
+    slow.write_all(b"GET /live HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let (_, took) = read_until_closed(&mut slow).await;
+    assert!(took < Duration::from_secs(3), "closed after {took:?}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_body_that_never_ends_is_answered_408() {
+    let (cfg, dir) = common::config();
+    let s = common::start_with(tight(cfg), dir).await;
+    let mut stream = TcpStream::connect(s.addr).await.unwrap();
+    stream
+        .write_all(
+            b"POST /v1/priority-table/validate HTTP/1.1\r\nHost: x\r\n\
+              content-type: application/yaml\r\ncontent-length: 1000\r\n\r\nrules: [",
+        )
+        .await
+        .unwrap();
+    let (answer, took) = read_until_closed(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("admin.timeouts.body_read"), "{answer}");
+    assert!(took < Duration::from_secs(3), "answered after {took:?}");
+    // The API still answers.
+    assert_eq!(s.get("/live").await.status, StatusCode::OK);
+    s.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn table_checks_beyond_the_limit_are_refused_at_once() {
+    let (cfg, dir) = common::config();
+    let s = common::start_with(AdminConfig { max_concurrent_table_checks: 1, ..cfg }, dir).await;
+    // Heavy enough to hold the one permit for a while.
+    let mut big = String::from("rules:\n");
+    for r in 0..60 {
+        let headers: Vec<String> =
+            (0..1000).map(|h| format!("h{h}: {}", if h == 999 { r } else { 0 })).collect();
+        big.push_str(&format!(
+            "  - {{ name: r{r}, business: 1, match: {{ header: {{ {} }} }} }}\n",
+            headers.join(", ")
+        ));
+    }
+    let yaml = [("content-type", "application/yaml")];
+    let url = s.url("/v1/priority-table/validate");
+    let sends = (0..6).map(|_| {
+        let (url, body) = (url.clone(), bytes::Bytes::from(big.clone()));
+        tokio::spawn(async move { common::send(&url, Method::POST, &yaml, body).await })
+    });
+    let mut statuses = Vec::new();
+    for send in sends.collect::<Vec<_>>() {
+        let r = send.await.unwrap();
+        if r.status == StatusCode::SERVICE_UNAVAILABLE {
+            assert_eq!(r.headers["retry-after"], "1");
+        }
+        statuses.push(r.status.as_u16());
+    }
+    assert!(statuses.contains(&200), "{statuses:?}");
+    assert!(statuses.iter().all(|s| [200, 503].contains(s)), "{statuses:?}");
+    assert!(statuses.contains(&503), "six at once with one permit: {statuses:?}");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn an_empty_put_body_is_refused_and_changes_nothing() {
+    let s = common::start().await;
+    let (version, _) = s.current_table().await;
+    let r = s.put_table("", &format!("\"{version}\"")).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert!(r.body.contains("empty"), "{}", r.body);
+    assert_eq!(s.current_table().await.0, version);
+    s.stop().await;
+}
