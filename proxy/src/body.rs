@@ -10,9 +10,12 @@
 //!   reading. A caller that lets the channel stay full for `timeouts.write` loses the
 //!   response.
 
+use std::collections::VecDeque;
 use std::error::Error as StdError;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering::*};
+use std::sync::{Arc, OnceLock};
 use std::task::{ready, Context, Poll};
 use std::time::Duration;
 
@@ -43,9 +46,12 @@ pub enum BodyStall {
 
 // === RequestBody ===
 
-/// The caller's body, forwarded to the app with a bound on each gap.
+/// The caller's body, forwarded to the app with a bound on each gap; what was read while
+/// the request was queued ([`EarlyBody`]) goes first.
 #[derive(Debug)]
 pub struct RequestBody {
+    read_ahead: VecDeque<Frame<Bytes>>,
+    read_ahead_bytes: u64,
     inner: Option<Incoming>,
     gap: Duration,
     timer: Option<Pin<Box<Sleep>>>,
@@ -55,13 +61,19 @@ pub struct RequestBody {
 
 impl RequestBody {
     pub fn new(inner: Incoming, gap: Duration) -> Self {
-        let inner = if inner.is_end_stream() { None } else { Some(inner) };
-        RequestBody { inner, gap, timer: None, progressed: false }
+        EarlyBody::new(inner).into_request_body(gap)
     }
 
     /// No body at all.
     pub fn empty() -> Self {
-        RequestBody { inner: None, gap: Duration::ZERO, timer: None, progressed: false }
+        RequestBody {
+            read_ahead: VecDeque::new(),
+            read_ahead_bytes: 0,
+            inner: None,
+            gap: Duration::ZERO,
+            timer: None,
+            progressed: false,
+        }
     }
 }
 
@@ -74,6 +86,12 @@ impl Body for RequestBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
+        if let Some(frame) = this.read_ahead.pop_front() {
+            if let Some(data) = frame.data_ref() {
+                this.read_ahead_bytes -= data.len() as u64;
+            }
+            return Poll::Ready(Some(Ok(frame)));
+        }
         let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
         match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(frame)) => {
@@ -107,12 +125,123 @@ impl Body for RequestBody {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.inner.as_ref().is_none_or(Body::is_end_stream)
+        self.read_ahead.is_empty() && self.inner.as_ref().is_none_or(Body::is_end_stream)
     }
 
     fn size_hint(&self) -> SizeHint {
-        self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint)
+        let rest = self.inner.as_ref().map_or_else(|| SizeHint::with_exact(0), Body::size_hint);
+        match rest.exact() {
+            Some(n) => SizeHint::with_exact(n + self.read_ahead_bytes),
+            None => {
+                let mut hint = SizeHint::new();
+                hint.set_lower(rest.lower() + self.read_ahead_bytes);
+                hint
+            }
+        }
     }
+}
+
+// === EarlyBody ===
+
+/// A queued request's body, read ahead while it waits (up to [`READ_AHEAD_LIMIT`]) so that
+/// an HTTP/1.1 caller who leaves is seen leaving: hyper reads the socket only as far as the
+/// body is consumed, and notices a closed connection only after that.
+#[derive(Debug)]
+pub struct EarlyBody {
+    read_ahead: VecDeque<Frame<Bytes>>,
+    read_ahead_bytes: u64,
+    inner: Option<Incoming>,
+}
+
+/// How much of a queued request's body is read ahead; past it, the body waits in the
+/// socket (and a caller leaving is seen only once the request is dispatched).
+pub const READ_AHEAD_LIMIT: u64 = 64 * 1024;
+
+impl EarlyBody {
+    pub fn new(inner: Incoming) -> Self {
+        let inner = if inner.is_end_stream() { None } else { Some(inner) };
+        EarlyBody { read_ahead: VecDeque::new(), read_ahead_bytes: 0, inner }
+    }
+
+    pub fn is_end_stream(&self) -> bool {
+        self.inner.is_none()
+    }
+
+    /// Reads the body ahead; resolves only when the caller is gone (the body failed). Once
+    /// the body has ended or the limit is reached it waits forever, for a `select!` against
+    /// the queue.
+    pub async fn caller_gone(&mut self) {
+        use http_body_util::BodyExt;
+        while self.read_ahead_bytes <= READ_AHEAD_LIMIT {
+            let Some(inner) = self.inner.as_mut() else { break };
+            match inner.frame().await {
+                Some(Ok(frame)) => {
+                    if let Some(data) = frame.data_ref() {
+                        self.read_ahead_bytes += data.len() as u64;
+                    }
+                    self.read_ahead.push_back(frame);
+                }
+                None => self.inner = None,
+                Some(Err(_)) => return,
+            }
+        }
+        std::future::pending().await
+    }
+
+    pub fn into_request_body(self, gap: Duration) -> RequestBody {
+        RequestBody {
+            read_ahead: self.read_ahead,
+            read_ahead_bytes: self.read_ahead_bytes,
+            inner: self.inner,
+            gap,
+            timer: None,
+            progressed: false,
+        }
+    }
+}
+
+// === StreamWatch ===
+
+tokio::task_local! {
+    /// The watch of the h2 stream whose task is running (set by the listener's stream
+    /// executor), for the response body created inside it.
+    pub static STREAM_WATCH: Arc<StreamWatch>;
+}
+
+/// Whether an h2 response is stuck on the caller's flow control: hyper takes a frame from
+/// the body, then waits for send capacity before it asks for the next. A frame handed out
+/// and not followed by the next request for longer than `timeouts.write` means the caller
+/// is not reading (a zero window); the listener then resets the stream. hyper's task is
+/// only woken by the caller in that state, so the body cannot notice it alone.
+#[derive(Debug, Default)]
+pub struct StreamWatch {
+    /// When the last frame was handed out and not yet followed by a new poll, in
+    /// nanoseconds since [`watch_epoch`] plus one; 0 = not waiting on the caller.
+    handed_out_at: AtomicU64,
+}
+
+impl StreamWatch {
+    fn handed_out(&self) {
+        let now = Instant::now().saturating_duration_since(watch_epoch());
+        self.handed_out_at.store(now.as_nanos() as u64 + 1, Release);
+    }
+
+    fn pulled(&self) {
+        self.handed_out_at.store(0, Release);
+    }
+
+    /// Since when hyper has held a frame it could not send, if it does.
+    pub fn waiting_on_caller_since(&self) -> Option<Instant> {
+        match self.handed_out_at.load(Acquire) {
+            0 => None,
+            n => Some(watch_epoch() + Duration::from_nanos(n - 1)),
+        }
+    }
+}
+
+fn watch_epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
 }
 
 // === ResponseBody ===
@@ -121,6 +250,7 @@ impl Body for RequestBody {
 #[derive(Debug)]
 pub struct ResponseBody {
     kind: Kind,
+    watch: Option<Arc<StreamWatch>>,
 }
 
 #[derive(Debug)]
@@ -143,12 +273,20 @@ enum Item {
 
 impl ResponseBody {
     pub fn empty() -> Self {
-        ResponseBody { kind: Kind::Empty }
+        ResponseBody { kind: Kind::Empty, watch: None }
     }
 
     pub fn full(data: Bytes, trailers: Option<HeaderMap>) -> Self {
         let data = (!data.is_empty()).then_some(data);
-        ResponseBody { kind: Kind::Buffered { data, trailers } }
+        ResponseBody { kind: Kind::Buffered { data, trailers }, watch: None }
+    }
+
+    /// Reports progress to the h2 stream's watch, if this response runs on one.
+    pub fn watched(mut self) -> Self {
+        if !matches!(self.kind, Kind::Empty) {
+            self.watch = STREAM_WATCH.try_with(Arc::clone).ok();
+        }
+        self
     }
 
     /// Moves `body` to the caller through a pump task; `finished` runs as soon as the app's
@@ -162,7 +300,7 @@ impl ResponseBody {
         let hint = body.size_hint();
         let (tx, frames) = mpsc::channel(PUMP_FRAMES);
         tokio::spawn(pump(body, tx, gap, write, finished));
-        ResponseBody { kind: Kind::Pumped { frames, hint, ended: false } }
+        ResponseBody { kind: Kind::Pumped { frames, hint, ended: false }, watch: None }
     }
 }
 
@@ -222,6 +360,36 @@ impl Body for ResponseBody {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let Some(watch) = self.watch.clone() else { return self.poll_next(cx) };
+        watch.pulled();
+        let polled = self.poll_next(cx);
+        if matches!(polled, Poll::Ready(Some(Ok(_)))) {
+            watch.handed_out();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match &self.kind {
+            Kind::Empty => true,
+            Kind::Buffered { data, trailers } => data.is_none() && trailers.is_none(),
+            Kind::Pumped { ended, .. } => *ended,
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match &self.kind {
+            Kind::Empty => SizeHint::with_exact(0),
+            Kind::Buffered { data, .. } => {
+                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
+            }
+            Kind::Pumped { hint, .. } => *hint,
+        }
+    }
+}
+
+impl ResponseBody {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         match &mut self.kind {
             Kind::Empty => Poll::Ready(None),
             Kind::Buffered { data, trailers } => {
@@ -251,24 +419,6 @@ impl Body for ResponseBody {
                     }
                 }
             }
-        }
-    }
-
-    fn is_end_stream(&self) -> bool {
-        match &self.kind {
-            Kind::Empty => true,
-            Kind::Buffered { data, trailers } => data.is_none() && trailers.is_none(),
-            Kind::Pumped { ended, .. } => *ended,
-        }
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        match &self.kind {
-            Kind::Empty => SizeHint::with_exact(0),
-            Kind::Buffered { data, .. } => {
-                SizeHint::with_exact(data.as_ref().map_or(0, |d| d.len() as u64))
-            }
-            Kind::Pumped { hint, .. } => *hint,
         }
     }
 }

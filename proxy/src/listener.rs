@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulConnection;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
@@ -22,9 +22,11 @@ use crate::service::{ConnState, Inbound};
 
 mod caller_io;
 mod detect;
+mod h2_streams;
 
 use caller_io::CallerIo;
 use detect::Detected;
+use h2_streams::StreamExecutor;
 
 /// The per-connection settings.
 #[derive(Debug, Clone)]
@@ -120,7 +122,7 @@ impl Connection {
             }
             Detected::H2 => {
                 let io = TokioIo::new(CallerIo::h2(stream, settings.write));
-                let conn = http2::Builder::new(TokioExecutor::new())
+                let conn = http2::Builder::new(StreamExecutor { write: settings.write })
                     .timer(TokioTimer::new())
                     .max_concurrent_streams(settings.h2_max_concurrent_streams)
                     .serve_connection(io, service);

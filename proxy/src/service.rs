@@ -28,7 +28,7 @@ use http::{HeaderName, Method, Request, Response, StatusCode};
 use hyper::body::{Body, Incoming};
 
 use crate::app_client::{ClientSettings, Endpoint, Protocol};
-use crate::body::{RequestBody, ResponseBody};
+use crate::body::{EarlyBody, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
 use crate::priority::PriorityHeaders;
@@ -164,6 +164,7 @@ impl Inbound {
     async fn handle(self: &Arc<Self>, conn: &ConnState, req: Request<Incoming>) -> Early {
         let arrival = Instant::now();
         let (mut parts, body) = req.into_parts();
+        let mut body = EarlyBody::new(body);
         let grpc = parts
             .headers
             .get(CONTENT_TYPE)
@@ -193,13 +194,27 @@ impl Inbound {
                 self.metrics.queuing_time.record(0.0);
                 (slot, false)
             }
-            None => match self.wait_for_slot(conn, priority).await {
-                Ok((slot, over_bound)) => {
-                    would_shed |= over_bound;
-                    (slot, true)
+            None => {
+                // HTTP/1.1: read the body ahead while queued, or a caller who leaves is not
+                // seen leaving (h2 callers reset the stream, which drops this future).
+                let watch_body = parts.version < http::Version::HTTP_2 && !body.is_end_stream();
+                let waited = if watch_body {
+                    tokio::select! {
+                        biased;
+                        waited = self.wait_for_slot(conn, priority) => waited,
+                        () = body.caller_gone() => return self.error(StatusCode::BAD_REQUEST, grpc),
+                    }
+                } else {
+                    self.wait_for_slot(conn, priority).await
+                };
+                match waited {
+                    Ok((slot, over_bound)) => {
+                        would_shed |= over_bound;
+                        (slot, true)
+                    }
+                    Err(()) => return self.refuse(grpc, ShedReason::Overload, priority),
                 }
-                Err(()) => return self.refuse(grpc, ShedReason::Overload, priority),
-            },
+            }
         };
 
         // Gate. Without a wait, the arrival is "now" to within microseconds.
@@ -314,7 +329,7 @@ impl Inbound {
     async fn forward(
         &self,
         parts: http::request::Parts,
-        body: Incoming,
+        body: EarlyBody,
         deadline: Instant,
         exchange: AppExchange,
         grpc: bool,
@@ -325,7 +340,8 @@ impl Inbound {
             AppProtocol::H2c => Protocol::H2c,
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
-        let body = RequestBody::new(body, self.body_read);
+        let head_request = parts.method == Method::HEAD;
+        let body = body.into_request_body(self.body_read);
         let req = forward::app_request(
             parts,
             body,
@@ -349,7 +365,9 @@ impl Inbound {
         };
         let (mut head, body) = response.into_parts();
         forward::clean_response_headers(&mut head.headers);
-        if body.is_end_stream() {
+        // A HEAD response has no body, whatever an app streams after it (an h2 app that does
+        // would otherwise reset the stream on the way through).
+        if head_request || body.is_end_stream() {
             exchange.done();
             lease.reusable();
             return Response::from_parts(head, ResponseBody::empty());
@@ -361,7 +379,8 @@ impl Inbound {
                     exchange.done();
                     lease.reusable();
                     let trailers = collected.trailers().cloned();
-                    Response::from_parts(head, ResponseBody::full(collected.to_bytes(), trailers))
+                    let body = ResponseBody::full(collected.to_bytes(), trailers).watched();
+                    Response::from_parts(head, body)
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "app response body failed");
@@ -382,7 +401,7 @@ impl Inbound {
                 exchange.failed();
             }
         });
-        Response::from_parts(head, body)
+        Response::from_parts(head, body.watched())
     }
 }
 
