@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod client;
+pub mod misbehaving;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -1,0 +1,278 @@
+//! Misbehaving peers for the protocol-edge tests (`tests/tests/edge_*.rs`), the well-behaved
+//! caller that must still be served next to them, and the data plane they run against.
+//!
+//! - `WEIR_EDGE_PLANE=hyper|pingora` picks the inbound data plane (default: `hyper`), so the
+//!   same cases can be compared on both; nothing here depends on pingora.
+//! - `WEIR_EDGE_DISARM=1` turns every guard the edge tests rely on (timeouts, stream and
+//!   per-connection caps) into something huge: each guard test must then fail, which is how
+//!   we check that they can.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use weir_proxy::config::DataPlane;
+use weir_proxy::{Sidecar, SidecarConfig};
+
+use super::client::Http1;
+
+/// Slack on top of a configured timeout before a test calls it missed: generous, because the
+/// machine running the suite has 2 busy cores.
+pub const MARGIN: Duration = Duration::from_secs(3);
+
+/// The short timeout the edge tests configure for the guard under test.
+pub const SHORT: Duration = Duration::from_millis(400);
+
+/// The data plane under test: `WEIR_EDGE_PLANE`, `hyper` unless set.
+pub fn data_plane() -> DataPlane {
+    match std::env::var("WEIR_EDGE_PLANE").as_deref() {
+        Ok("pingora") => DataPlane::Pingora,
+        Ok("hyper") | Err(_) => DataPlane::Hyper,
+        Ok(other) => panic!("WEIR_EDGE_PLANE={other}: expected hyper or pingora"),
+    }
+}
+
+/// Whether the guards are disarmed (`WEIR_EDGE_DISARM=1`), to prove the tests can fail.
+pub fn disarmed() -> bool {
+    std::env::var("WEIR_EDGE_DISARM").is_ok_and(|v| !v.is_empty() && v != "0")
+}
+
+/// `d`, or an hour when the guards are disarmed.
+pub fn guard(d: Duration) -> Duration {
+    if disarmed() {
+        Duration::from_secs(3600)
+    } else {
+        d
+    }
+}
+
+/// `n`, or something no test reaches when the guards are disarmed.
+pub fn guard_count(n: usize) -> usize {
+    if disarmed() {
+        1_000_000
+    } else {
+        n
+    }
+}
+
+/// A sidecar on the plane under test in front of `app`. Requests without a deadline get
+/// 10 s (not the default 500 ms), so a well-behaved caller stuck behind a misbehaving one
+/// shows up as "not answered in time" rather than as a quick refusal.
+pub fn edge_sidecar(app: SocketAddr, tweak: impl FnOnce(&mut SidecarConfig)) -> Sidecar {
+    super::sidecar(app, |c| {
+        c.inbound.data_plane = data_plane();
+        c.inbound.task_timeout = Duration::from_secs(10);
+        tweak(c);
+    })
+}
+
+/// A well-behaved caller on a fresh HTTP/1.1 connection: `GET /echo?probe` must be answered
+/// 200, with the admission level, within `within`. Returns how long it took.
+pub async fn served_within(addr: SocketAddr, within: Duration) -> Duration {
+    let started = Instant::now();
+    let url = format!("http://{addr}/echo?probe");
+    let resp = tokio::time::timeout(within, Http1::new().get(&url, &[]))
+        .await
+        .unwrap_or_else(|_| panic!("a well-behaved caller was not answered within {within:?}"));
+    assert_eq!(resp.status, 200, "well-behaved caller: {resp:?}");
+    resp.level();
+    started.elapsed()
+}
+
+// === raw HTTP/1.x over TCP ===
+
+/// One HTTP/1.x response as read off the wire.
+#[derive(Debug, Clone)]
+pub struct RawResponse {
+    pub version: String,
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl RawResponse {
+    /// The first value of `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+    }
+
+    pub fn closes(&self) -> bool {
+        self.header("connection").is_some_and(|v| v.eq_ignore_ascii_case("close"))
+    }
+
+    /// Every response from weir carries its admission level.
+    pub fn level(&self) -> &str {
+        self.header("x-admission-level")
+            .unwrap_or_else(|| panic!("no x-admission-level on {self:?}"))
+    }
+}
+
+/// A TCP connection speaking HTTP/1.x by hand, so a test can send what no client library
+/// would (short, pipelined, malformed or never-ending requests) and read exactly what came
+/// back. Every read is bounded by a deadline.
+pub struct RawConn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl RawConn {
+    pub async fn connect(addr: SocketAddr) -> RawConn {
+        let stream = TcpStream::connect(addr).await.expect("connect to weir");
+        stream.set_nodelay(true).unwrap();
+        RawConn { stream, buf: Vec::new() }
+    }
+
+    /// A connection whose receive buffer is only `bytes` (the kernel may round it up a
+    /// little), so a large response stalls quickly when it is not read.
+    pub async fn connect_small_receive_buffer(addr: SocketAddr, bytes: u32) -> RawConn {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.set_recv_buffer_size(bytes).unwrap();
+        let stream = socket.connect(addr).await.expect("connect to weir");
+        stream.set_nodelay(true).unwrap();
+        RawConn { stream, buf: Vec::new() }
+    }
+
+    pub async fn send(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.expect("write to weir");
+    }
+
+    /// Reads more into the buffer; `Ok(0)` is the peer's end of stream.
+    async fn fill(&mut self, deadline: Instant) -> Result<usize, String> {
+        let mut chunk = [0u8; 16 * 1024];
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, self.stream.read(&mut chunk)).await {
+            Err(_) => Err(format!("nothing more within the deadline; have {:?}", self.shown())),
+            Ok(Err(e)) => Err(format!("read failed: {e}")),
+            Ok(Ok(n)) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                Ok(n)
+            }
+        }
+    }
+
+    fn shown(&self) -> String {
+        String::from_utf8_lossy(&self.buf[..self.buf.len().min(300)]).into_owned()
+    }
+
+    async fn line(&mut self, deadline: Instant) -> Result<String, String> {
+        loop {
+            if let Some(end) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line = String::from_utf8_lossy(&self.buf[..end]).into_owned();
+                self.buf.drain(..end + 2);
+                return Ok(line);
+            }
+            if self.fill(deadline).await? == 0 {
+                return Err(format!("connection closed mid-line: {:?}", self.shown()));
+            }
+        }
+    }
+
+    async fn exact(&mut self, n: usize, deadline: Instant) -> Result<Vec<u8>, String> {
+        while self.buf.len() < n {
+            if self.fill(deadline).await? == 0 {
+                return Err(format!(
+                    "connection closed after {} of {n} body bytes",
+                    self.buf.len()
+                ));
+            }
+        }
+        Ok(self.buf.drain(..n).collect())
+    }
+
+    /// The next response (a 1xx is returned as it is: call again for the final one).
+    pub async fn response(&mut self, within: Duration) -> Result<RawResponse, String> {
+        self.read_response(false, within).await
+    }
+
+    /// The next response to a HEAD request: no body follows its head.
+    pub async fn head_response(&mut self, within: Duration) -> Result<RawResponse, String> {
+        self.read_response(true, within).await
+    }
+
+    async fn read_response(&mut self, head: bool, within: Duration) -> Result<RawResponse, String> {
+        let deadline = Instant::now() + within;
+        let status_line = self.line(deadline).await?;
+        let mut parts = status_line.splitn(3, ' ');
+        let version = parts.next().unwrap_or_default().to_string();
+        let status = parts
+            .next()
+            .and_then(|s| s.parse::<u16>().ok())
+            .ok_or_else(|| format!("not a status line: {status_line:?}"))?;
+        let mut headers = Vec::new();
+        loop {
+            let line = self.line(deadline).await?;
+            if line.is_empty() {
+                break;
+            }
+            let (k, v) = line.split_once(':').ok_or_else(|| format!("bad header {line:?}"))?;
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+        let mut resp = RawResponse { version, status, headers, body: Vec::new() };
+        if head || (100..200).contains(&status) || status == 204 || status == 304 {
+            return Ok(resp);
+        }
+        if resp.header("transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked")) {
+            loop {
+                let size_line = self.line(deadline).await?;
+                let hex = size_line.split(';').next().unwrap_or_default().trim();
+                let size = usize::from_str_radix(hex, 16)
+                    .map_err(|_| format!("bad chunk size {size_line:?}"))?;
+                if size == 0 {
+                    while !self.line(deadline).await?.is_empty() {}
+                    break;
+                }
+                let chunk = self.exact(size + 2, deadline).await?;
+                resp.body.extend_from_slice(&chunk[..size]);
+            }
+        } else if let Some(len) = resp.header("content-length") {
+            let len: usize = len.parse().map_err(|_| format!("bad content-length {len:?}"))?;
+            resp.body = self.exact(len, deadline).await?;
+        } else {
+            while self.fill(deadline).await? > 0 {}
+            resp.body = std::mem::take(&mut self.buf);
+        }
+        Ok(resp)
+    }
+
+    /// Reads and discards until the peer closes (end of stream or reset). Returns the bytes
+    /// that were still to read, or an error if the connection is still open after `within`.
+    pub async fn closed_within(&mut self, within: Duration) -> Result<usize, String> {
+        let deadline = Instant::now() + within;
+        let mut total = std::mem::take(&mut self.buf).len();
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match tokio::time::timeout(left, self.stream.read(&mut chunk)).await {
+                Err(_) => return Err(format!("still open after {within:?} ({total} bytes read)")),
+                Ok(Ok(0)) | Ok(Err(_)) => return Ok(total),
+                Ok(Ok(n)) => total += n,
+            }
+        }
+    }
+}
+
+// === raw HTTP/2 ===
+
+/// An h2 client connection (the `h2` crate, so a test controls flow control and stream
+/// counts itself); the connection is driven by a spawned task.
+pub async fn h2_connect(
+    addr: SocketAddr,
+    configure: impl FnOnce(&mut h2::client::Builder),
+) -> h2::client::SendRequest<Bytes> {
+    let tcp = TcpStream::connect(addr).await.expect("connect to weir");
+    tcp.set_nodelay(true).unwrap();
+    let mut builder = h2::client::Builder::new();
+    configure(&mut builder);
+    let (send, connection) = builder.handshake::<_, Bytes>(tcp).await.expect("h2 handshake");
+    tokio::spawn(async move {
+        let _ = connection.await;
+    });
+    send
+}
+
+/// A GET request for the h2 client.
+pub fn h2_get(addr: SocketAddr, path_and_query: &str) -> http::Request<()> {
+    http::Request::get(format!("http://{addr}{path_and_query}")).body(()).unwrap()
+}
