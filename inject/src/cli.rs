@@ -53,6 +53,14 @@ pub struct InjectArgs {
     /// Connections served at once; more are closed on accept.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections)]
     pub max_connections: usize,
+    /// On SIGTERM, how long to keep serving with /ready failing before the listener closes
+    /// (endpoint removal reaching the API server takes a moment).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration_or_zero)]
+    pub drain_delay: Duration,
+}
+
+fn duration_or_zero(s: &str) -> Result<Duration, String> {
+    humantime::parse_duration(s).map_err(|e| e.to_string())
 }
 
 fn duration(s: &str) -> Result<Duration, String> {
@@ -126,6 +134,13 @@ pub fn run(args: InjectArgs) -> ExitCode {
         };
         tracing::info!(addr = %server.addr, ?placement, "weir inject serving");
         wait_for_signal().await;
+        tracing::info!(drain = ?args.drain_delay, "draining: /ready fails, reviews still served");
+        server.begin_drain();
+        tokio::select! {
+            _ = tokio::time::sleep(args.drain_delay) => {}
+            // A second signal stops at once.
+            _ = wait_for_signal() => {}
+        }
         tracing::info!("stopping");
         match server.shutdown().await {
             Ok(()) => ExitCode::SUCCESS,

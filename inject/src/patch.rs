@@ -3,7 +3,8 @@
 //!
 //! Opt-in and opt-out, strongest first:
 //! 1. never: namespaces in the exclusion list (kube-system, ...) and the injector's own
-//!    namespace; `hostNetwork` pods (weir's ports would be the node's).
+//!    namespace; `hostNetwork` pods (weir's ports would be the node's); pods that are meant
+//!    to finish (`restartPolicy` Never/OnFailure) when the template is a regular container.
 //! 2. the pod annotation `weir.dev/inject: "false"` (opt-out wins over every opt-in). The pod
 //!    label `weir.dev/inject: disabled` is filtered by the webhook's objectSelector and
 //!    never reaches the server; it is honoured here too.
@@ -34,6 +35,7 @@ pub const APP_PORT: &str = "weir.dev/app-port";
 pub const MAX_INFLIGHT: &str = "weir.dev/max-inflight";
 pub const ENTRY: &str = "weir.dev/entry";
 pub const EGRESS: &str = "weir.dev/egress";
+pub const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
 
 /// Which webhook sent the review (the URL path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -195,6 +197,14 @@ pub fn plan(
     if spec.get("hostNetwork").and_then(Value::as_bool) == Some(true) {
         return Decision::cannot("hostNetwork pods share the node's ports");
     }
+    // A regular sidecar never exits, so a pod meant to finish (a Job's) would run forever.
+    // A native sidecar is stopped by the kubelet once the app containers are done.
+    let restart = spec.get("restartPolicy").and_then(Value::as_str).unwrap_or("Always");
+    if restart != "Always" && template.placement == Placement::Containers {
+        return Decision::cannot(format!(
+            "restartPolicy {restart} pods (Jobs) need a native sidecar (Kubernetes >= 1.29, sidecar.native)"
+        ));
+    }
 
     // Per-pod overrides, all checked before anything is patched.
     let weir_ports = template.container_ports();
@@ -339,6 +349,13 @@ pub fn plan(
     add_entries(&mut add, "/metadata/labels", labels.is_some(), &new_labels);
     let mut new_annotations = template.pod_annotations.clone();
     new_annotations.insert(INJECTED.into(), "true".into());
+    // `kubectl logs/exec` without -c pick this container: the app's, not weir's.
+    if annotation(DEFAULT_CONTAINER).is_none() {
+        if let Some(first) = containers.first().and_then(|c| c.get("name")).and_then(Value::as_str)
+        {
+            new_annotations.insert(DEFAULT_CONTAINER.into(), first.into());
+        }
+    }
     add_entries(&mut add, "/metadata/annotations", annotations.is_some(), &new_annotations);
     if meta.is_none() {
         // Not reachable for a real pod (metadata is required); keeps the patch applicable.

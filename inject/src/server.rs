@@ -70,6 +70,8 @@ pub struct State {
     pub exclusions: Exclusions,
     pub metrics: Arc<Metrics>,
     pub limits: Limits,
+    /// Set on SIGTERM: `/ready` fails so endpoints drop this pod while it still serves.
+    pub draining: AtomicBool,
 }
 
 /// Serves until `shutdown` turns true, then lets open connections finish for
@@ -184,6 +186,9 @@ async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> 
         }
         (&Method::GET, "/live", _) => text(StatusCode::OK, "live\n"),
         // Serving means a certificate and a template are loaded: both happen before bind.
+        (&Method::GET, "/ready", _) if state.draining.load(Ordering::Relaxed) => {
+            text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+        }
         (&Method::GET, "/ready", _) => text(StatusCode::OK, "ready\n"),
         (&Method::GET, "/metrics", _) => {
             let mut r = text(StatusCode::OK, state.metrics.render());
@@ -316,6 +321,7 @@ pub struct Running {
     pub addr: SocketAddr,
     pub metrics: Arc<Metrics>,
     pub certs: Arc<CertStore>,
+    state: Arc<State>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), rustls::Error>>,
     watcher: tokio::task::JoinHandle<()>,
@@ -335,11 +341,24 @@ impl Running {
         let addr = listener.local_addr()?;
         let metrics = Arc::new(Metrics::default());
         let certs = Arc::new(certs);
-        let state = Arc::new(State { template, exclusions, metrics: metrics.clone(), limits });
+        let state = Arc::new(State {
+            template,
+            exclusions,
+            metrics: metrics.clone(),
+            limits,
+            draining: AtomicBool::new(false),
+        });
         let (stop, stopped) = watch::channel(false);
         let watcher = tokio::spawn(certs.clone().watch(reload_every, metrics.clone()));
-        let task = tokio::spawn(serve(listener, certs.clone(), state, stopped));
-        Ok(Running { addr, metrics, certs, stop, task, watcher })
+        let task = tokio::spawn(serve(listener, certs.clone(), state.clone(), stopped));
+        Ok(Running { addr, metrics, certs, state, stop, task, watcher })
+    }
+
+    /// Keeps serving reviews but fails `/ready`, so the Service stops routing here before
+    /// the listener closes (the API server would otherwise meet a refused connection and
+    /// admit pods without their sidecar).
+    pub fn begin_drain(&self) {
+        self.state.draining.store(true, Ordering::Relaxed);
     }
 
     /// Stops accepting, lets open connections finish (bounded), and returns.

@@ -41,8 +41,14 @@ async fn reviews_over_verified_tls_with_http1_and_http2() {
         assert_eq!(client.request("GET", "/ready", vec![]).await.status, 200);
     }
     let mut client = Client::connect(server.addr, &pki.ca_pem, false).await.unwrap();
+    // Draining (SIGTERM): not ready any more, but reviews are still answered.
+    server.begin_drain();
+    assert_eq!(client.request("GET", "/ready", vec![]).await.status, 503);
+    assert_eq!(client.request("GET", "/live", vec![]).await.status, 200);
+    let reply = client.request("POST", "/inject/pod", fixture("pod__bare-pod")).await;
+    assert_eq!(reply.body["response"]["patchType"], "JSONPatch");
     let metrics = client.request("GET", "/metrics", vec![]).await.text;
-    assert!(metrics.contains("weir_inject_reviews_total{outcome=\"injected\"} 2"), "{metrics}");
+    assert!(metrics.contains("weir_inject_reviews_total{outcome=\"injected\"} 3"), "{metrics}");
     assert!(metrics.contains("weir_inject_reviews_total{outcome=\"not_opted_in\"} 2"), "{metrics}");
     server.shutdown().await.expect("clean shutdown");
 }

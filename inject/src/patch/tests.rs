@@ -68,7 +68,11 @@ fn missing_arrays_and_maps_are_created_whole() {
     );
     assert_eq!(
         d.patch[4].value,
-        json!({"checksum/weir-config": "abc", "weir.dev/injected": "true"})
+        json!({
+            "checksum/weir-config": "abc",
+            "kubectl.kubernetes.io/default-container": "app",
+            "weir.dev/injected": "true"
+        })
     );
 }
 
@@ -87,6 +91,7 @@ fn keys_are_escaped_and_existing_arrays_appended() {
             "/spec/volumes/-",
             "/metadata/labels/weir.dev~1sidecar",
             "/metadata/annotations/checksum~1weir-config",
+            "/metadata/annotations/kubectl.kubernetes.io~1default-container",
             "/metadata/annotations/weir.dev~1injected"
         ],
         "a longer grace period is kept"
@@ -185,6 +190,11 @@ fn bad_overrides_and_conflicts_mean_no_sidecar_and_a_warning() {
     let mut clash = pod(json!({}));
     clash["spec"]["volumes"] = json!([{"name": "weir-config", "emptyDir": {}}]);
     assert!(plan_ns(&clash, &t).warnings[0].contains("volume named weir-config"));
+    let mut job = pod(json!({}));
+    job["spec"]["restartPolicy"] = json!("Never");
+    let regular = template("containers", None);
+    assert!(plan_ns(&job, &regular).warnings[0].contains("need a native sidecar"));
+    assert_eq!(plan_ns(&job, &t).outcome, Outcome::Injected, "a native sidecar suits a Job");
     let no_spec = json!({"metadata": {}});
     assert_eq!(plan_ns(&no_spec, &t).outcome, Outcome::CannotInject);
 }
