@@ -496,6 +496,7 @@ REJECTED = [
     ("port-collision", ["--set", "config.admin.public_listen=0.0.0.0:15001"], "distinct ports"),
     ("injector-partial-tls", ["--set", "injector.tls.crt=x"], "set crt, key and caBundle together"),
     ("injector-pdb-not-a-number", ["--set", "injector.podDisruptionBudget.minAvailable=half"], "minAvailable"),
+    ("injector-negative-replicas", ["--set", "injector.replicas=-1"], "replicas"),
     ("native-on-1.27", ["--kube-version", "1.27.0", "--set", "sidecar.native=true"], "needs Kubernetes >= 1.28"),
 ]
 
@@ -515,6 +516,13 @@ def check_notes(helm: Helm, values: str, needles: list[str], *extra: str) -> Non
     notes = out.stdout.split("NOTES:", 1)[-1]
     for needle in needles:
         assert needle in notes, f"NOTES lacks {needle!r}:\n{notes}"
+
+
+def check_single_injector_has_no_pdb(helm: Helm) -> None:
+    out = helm.template("weir", "1.33.0", "--set", "injector.replicas=1")
+    assert out.returncode == 0, out.stderr
+    kinds = [o["kind"] for o in yaml.load_all(out.stdout, Loader=Loader) if o]
+    assert "Deployment" in kinds and "PodDisruptionBudget" not in kinds, "one replica must not get a blocking PDB"
 
 
 def check_given_secrets(helm: Helm) -> None:
@@ -544,6 +552,7 @@ def main() -> int:
         ("values documented", check_values_documented),
         ("chart versions", check_versions),
         ("given secrets land verbatim", lambda: check_given_secrets(helm)),
+        ("one injector replica gets no PodDisruptionBudget", lambda: check_single_injector_has_no_pdb(helm)),
         ("NOTES (defaults)", lambda: check_notes(helm, "default-values.yaml", ["Injection webhook", "TLS generate", "port-forward"])),
         ("NOTES (injector off)", lambda: check_notes(helm, "default-values.yaml", ["injector is off"], "--set", "injector.enabled=false")),
         ("NOTES (injector)", lambda: check_notes(helm, "all-on-values.yaml", ["weir.dev/inject=enabled", "weir.dev/inject: \"false\""])),
