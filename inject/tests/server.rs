@@ -343,14 +343,17 @@ async fn a_thousand_reviews_from_32_clients() {
     );
     assert_eq!(server.metrics.reviews(Outcome::Injected), REVIEWS as u64);
     // The target is p99 < 10 ms, measured in release (inject/README.md has the figures and
-    // the command). The bounds here only catch a gross regression: on a shared 2-core
-    // machine a closed loop of 32 clients measures the scheduler as much as the injector.
-    let bound = if cfg!(debug_assertions) {
-        Duration::from_millis(1000)
+    // the command). On a shared 2-core machine a closed loop of 32 clients measures the
+    // scheduler as much as the injector, so the test asserts only what a regression would
+    // break by a wide margin: the latency and the CPU spent per review.
+    let (latency_bound, cpu_bound) = if cfg!(debug_assertions) {
+        (Duration::from_secs(1), Duration::from_millis(3))
     } else {
-        Duration::from_millis(25)
+        (Duration::from_millis(200), Duration::from_micros(500))
     };
-    assert!(p99 < bound, "p99 {p99:?} >= {bound:?}");
+    assert!(p99 < latency_bound, "p99 {p99:?} >= {latency_bound:?}");
+    let per_review = cpu / REVIEWS as u32;
+    assert!(per_review < cpu_bound, "CPU per review {per_review:?} >= {cpu_bound:?}");
     server.shutdown().await.unwrap();
 }
 
