@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Per-request cost of nginx-as-proxy, a bare pingora proxy and weir, side by side in one run.
+# Per-request cost of nginx-as-proxy, a bare pingora proxy and weir (on each data plane it
+# has: `inbound.data_plane`), side by side in one run.
 # The app is nginx `return 200` (CPU 0, with wrk); every proxy has one worker on CPU 1.
 # Each round: per proxy, 1 s warm-up then SECS of `wrk -t1 -c64`; CPU/request is the
 # utime+stime delta of the proxy's processes (/proc/PID/stat) over the requests served;
@@ -8,7 +9,8 @@
 #   cargo build --release -p proxy --bin weir --example bare_pingora
 #   proxy/bench/side-by-side.sh [ROUNDS] [SECS]        # needs nginx, wrk, taskset, curl, bc
 #
-# WEIR=path and BARE=path pick other binaries. Ports 18080-18093 on 127.0.0.1.
+# WEIR=path and BARE=path pick other binaries; NO_PINGORA=1 runs nginx and weir only. Ports
+# 18080-18094 on 127.0.0.1. CONNS=8 changes wrk's connection count (default 64).
 set -euo pipefail
 rounds=${1:-3}; secs=${2:-5}
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,23 +36,36 @@ http { access_log off; keepalive_requests 10000000;
     proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 CONF
 cat > "$dir/weir.yaml" <<CONF
-inbound: { listen: 127.0.0.1:18083, app: 127.0.0.1:18080, max_inflight: 1024, threads: 1 }
+inbound: { listen: 127.0.0.1:18083, app: 127.0.0.1:18080, max_inflight: 1024, threads: 1, data_plane: hyper }
 admin: { listen: 127.0.0.1:18093 }
+log: { filter: warn }
+CONF
+cat > "$dir/weir-pingora.yaml" <<CONF
+inbound: { listen: 127.0.0.1:18084, app: 127.0.0.1:18080, max_inflight: 1024, threads: 1, data_plane: pingora }
+admin: { listen: 127.0.0.1:18094 }
 log: { filter: warn }
 CONF
 taskset -c 0 nginx -c "$dir/app.conf" & pids+=($!)
 taskset -c 1 nginx -c "$dir/nginx.conf" & nginx_pid=$!; pids+=($nginx_pid)
-taskset -c 1 "$bare" 127.0.0.1:18082 127.0.0.1:18080 1 2>"$dir/bare.err" & bare_pid=$!; pids+=($bare_pid)
+if [ -z "${NO_PINGORA:-}" ]; then
+  taskset -c 1 "$bare" 127.0.0.1:18082 127.0.0.1:18080 1 2>"$dir/bare.err" & bare_pid=$!; pids+=($bare_pid)
+fi
 taskset -c 1 "$weir" run --config "$dir/weir.yaml" 2>"$dir/weir.err" & weir_pid=$!; pids+=($weir_pid)
+if [ -z "${NO_PINGORA:-}" ]; then
+  taskset -c 1 "$weir" run --config "$dir/weir-pingora.yaml" 2>"$dir/weir-pingora.err" & weirp_pid=$!; pids+=($weirp_pid)
+  contenders="nginx:18081:$nginx_pid bare-pingora:18082:$bare_pid weir-hyper:18083:$weir_pid weir-pingora:18084:$weirp_pid"
+else
+  contenders="nginx:18081:$nginx_pid weir:18083:$weir_pid"
+fi
 sleep 1.5
 cpu() { local t=0 p; for p in $(pgrep -P "$1") "$1"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 accepts() { curl -s http://127.0.0.1:18090/ | awk 'NR==3{print $1}'; }
 for r in $(seq "$rounds"); do
-  for c in nginx:18081:$nginx_pid bare-pingora:18082:$bare_pid weir:18083:$weir_pid; do
+  for c in $contenders; do
     IFS=: read -r name port pid <<< "$c"
-    taskset -c 0 wrk -t1 -c64 -d1s "http://127.0.0.1:$port/" >/dev/null
+    taskset -c 0 wrk -t1 -c${CONNS:-64} -d1s "http://127.0.0.1:$port/" >/dev/null
     a0=$(accepts); c0=$(cpu "$pid")
-    out=$(taskset -c 0 wrk -t1 -c64 -d"${secs}s" --latency "http://127.0.0.1:$port/")
+    out=$(taskset -c 0 wrk -t1 -c${CONNS:-64} -d"${secs}s" --latency "http://127.0.0.1:$port/")
     c1=$(cpu "$pid"); a1=$(accepts)
     reqs=$(awk '/requests in/ {print $1}' <<< "$out")
     rps=$(awk '/Requests\/sec/ {print $2}' <<< "$out")

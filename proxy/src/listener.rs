@@ -112,8 +112,12 @@ impl Connection {
         };
         match detected {
             Detected::Http1 => {
-                let io =
-                    TokioIo::new(CallerIo::http1(stream, settings.write, self.inbound.clone()));
+                let io = TokioIo::new(CallerIo::http1(
+                    stream,
+                    settings.write,
+                    self.inbound.clone(),
+                    state.clone(),
+                ));
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
                     .header_read_timeout(settings.header_read)

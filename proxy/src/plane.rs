@@ -1,15 +1,23 @@
-//! The hyper data plane's lifecycle: its runtime, the listener bound before `start` returns
-//! (port 0 resolved, no rebind race), and the stop: on a graceful stop (`Sidecar::stop` or
-//! SIGTERM) accepting ends, `/ready` turns false and every connection is asked to finish;
-//! the sidecar then waits for the last active request (at most `shutdown_grace`) and drops
-//! the runtime. SIGINT (or a fast stop) drops it at once.
+//! The hyper data plane's lifecycle: its runtimes, the listeners bound before `start`
+//! returns (port 0 resolved, no rebind race), and the stop: on a graceful stop
+//! (`Sidecar::stop` or SIGTERM) accepting ends, `/ready` turns false and every connection is
+//! asked to finish; the sidecar then waits for the last active request (at most
+//! `shutdown_grace`) and drops the runtimes. SIGINT (or a fast stop) drops them at once.
+//!
+//! Two runtime flavours (`inbound.work_stealing`):
+//! - one runtime per worker thread (the default): each thread has its own current-thread
+//!   runtime, its own listener on the shared port (`SO_REUSEPORT`; the kernel spreads
+//!   connections) and its own app connection pool, so a request never leaves its thread;
+//! - one work-stealing runtime with one listener (for processes that start several
+//!   sidecars, such as the tests, and for few long-lived connections).
 
-use std::net::{SocketAddr, TcpListener as StdTcpListener};
+use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::sync::Arc;
 
+use socket2::{Domain, Socket, Type};
 use tokio::runtime::Runtime;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 
 use crate::config::SidecarConfig;
 use crate::listener::{accept_loop, ConnSettings};
@@ -19,14 +27,23 @@ use crate::shutdown::{self, StopKind};
 use crate::sidecar::StartError;
 use crate::telemetry::ProxyMetrics;
 
+/// Pending connections per listener.
+const BACKLOG: i32 = 1024;
+
 pub(crate) struct HyperPlane {
-    runtime: Option<Runtime>,
+    runtimes: Runtimes,
     stopped: mpsc::Receiver<StopKind>,
 }
 
+enum Runtimes {
+    WorkStealing(Option<Runtime>),
+    /// Each thread runs its runtime until told to stop.
+    PerThread(Vec<oneshot::Sender<()>>),
+}
+
 impl HyperPlane {
-    /// Binds `config.inbound.listen` and starts serving on a runtime of
-    /// `inbound.worker_threads()` threads.
+    /// Binds `config.inbound.listen` and starts serving on `inbound.worker_threads()`
+    /// threads.
     pub(crate) fn start(
         config: &SidecarConfig,
         shared: Arc<Shared>,
@@ -34,42 +51,71 @@ impl HyperPlane {
         stop: watch::Receiver<Option<StopKind>>,
         os_signals: bool,
     ) -> Result<(Self, SocketAddr), StartError> {
-        let listen = config.inbound.listen;
-        let bind_err = |source| StartError::Bind { what: "inbound.listen", addr: listen, source };
-        let std_listener = StdTcpListener::bind(listen).map_err(bind_err)?;
-        std_listener.set_nonblocking(true).map_err(bind_err)?;
-        let addr = std_listener.local_addr().map_err(bind_err)?;
-
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(config.inbound.worker_threads())
-            .thread_name("weir-inbound")
-            .enable_all()
-            .build()
-            .map_err(|e| StartError::Other(format!("inbound runtime: {e}")))?;
-        let inbound =
-            Arc::new(Inbound::new(config, shared.clone(), metrics).map_err(StartError::Other)?);
-        let settings = Arc::new(ConnSettings::from_config(&config.inbound));
-        let listener = {
-            let _entered = runtime.enter();
-            tokio::net::TcpListener::from_std(std_listener).map_err(bind_err)?
-        };
+        let inbound_config = &config.inbound;
+        let threads = inbound_config.worker_threads();
+        let per_thread = !inbound_config.work_stealing;
+        let listeners = bind(inbound_config.listen, if per_thread { threads } else { 1 })?;
+        let addr = listeners[0]
+            .local_addr()
+            .map_err(|source| bind_error(inbound_config.listen, source))?;
+        let settings = Arc::new(ConnSettings::from_config(inbound_config));
         let (drain, draining) = watch::channel(false);
-        runtime.spawn(accept_loop(listener, inbound, settings, draining));
-
         let (stopped_tx, stopped) = mpsc::channel();
-        runtime.spawn(async move {
-            let requested = shutdown::requested(stop);
-            let kind = if os_signals { shutdown::os_or(requested).await } else { requested.await };
-            if kind == StopKind::Graceful {
-                tracing::info!(active = shared.active(), "draining: stopped accepting");
-                shared.start_draining();
-                let _ = drain.send(true);
-            }
-            let _ = stopped_tx.send(kind);
-            // Keep the drain sender alive: dropping it would read as "never drain".
-            std::future::pending::<()>().await;
-        });
-        Ok((HyperPlane { runtime: Some(runtime), stopped }, addr))
+        let stop_watch = stop_watcher(stop, os_signals, shared.clone(), drain, stopped_tx);
+        let inbound = || {
+            Inbound::new(config, shared.clone(), metrics.clone())
+                .map(Arc::new)
+                .map_err(StartError::Other)
+        };
+
+        if !per_thread {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(threads)
+                .thread_name("weir-inbound")
+                .enable_all()
+                .build()
+                .map_err(|e| StartError::Other(format!("inbound runtime: {e}")))?;
+            let listener = listeners.into_iter().next().expect("one listener");
+            let listener = {
+                let _entered = runtime.enter();
+                tokio::net::TcpListener::from_std(listener).map_err(|e| bind_error(addr, e))?
+            };
+            runtime.spawn(accept_loop(listener, inbound()?, settings, draining));
+            runtime.spawn(stop_watch);
+            let runtimes = Runtimes::WorkStealing(Some(runtime));
+            return Ok((HyperPlane { runtimes, stopped }, addr));
+        }
+
+        let mut stops = Vec::with_capacity(threads);
+        let mut stop_watch = Some(stop_watch);
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| StartError::Other(format!("inbound runtime: {e}")))?;
+            let listener = {
+                let _entered = runtime.enter();
+                tokio::net::TcpListener::from_std(listener).map_err(|e| bind_error(addr, e))?
+            };
+            let (inbound, settings, draining) = (inbound()?, settings.clone(), draining.clone());
+            let watcher = stop_watch.take();
+            let (stop_thread, stopped_thread) = oneshot::channel::<()>();
+            std::thread::Builder::new()
+                .name(format!("weir-inbound-{i}"))
+                .spawn(move || {
+                    runtime.block_on(async move {
+                        tokio::spawn(accept_loop(listener, inbound, settings, draining));
+                        if let Some(watcher) = watcher {
+                            tokio::spawn(watcher);
+                        }
+                        let _ = stopped_thread.await;
+                    });
+                    runtime.shutdown_background();
+                })
+                .map_err(|e| StartError::Other(format!("cannot spawn an inbound thread: {e}")))?;
+            stops.push(stop_thread);
+        }
+        Ok((HyperPlane { runtimes: Runtimes::PerThread(stops), stopped }, addr))
     }
 
     /// Blocks until a stop was asked for; a graceful one has already stopped accepting.
@@ -80,13 +126,25 @@ impl HyperPlane {
     /// Drops every connection and request still running (without blocking: the caller may
     /// be on another runtime).
     pub(crate) fn shutdown(&mut self) {
-        if let Some(runtime) = self.runtime.take() {
-            runtime.shutdown_background();
+        match &mut self.runtimes {
+            Runtimes::WorkStealing(runtime) => {
+                if let Some(runtime) = runtime.take() {
+                    runtime.shutdown_background();
+                }
+            }
+            Runtimes::PerThread(stops) => {
+                for stop in stops.drain(..) {
+                    let _ = stop.send(());
+                }
+            }
         }
     }
 
     pub(crate) fn is_running(&self) -> bool {
-        self.runtime.is_some()
+        match &self.runtimes {
+            Runtimes::WorkStealing(runtime) => runtime.is_some(),
+            Runtimes::PerThread(stops) => !stops.is_empty(),
+        }
     }
 }
 
@@ -94,4 +152,58 @@ impl Drop for HyperPlane {
     fn drop(&mut self) {
         self.shutdown();
     }
+}
+
+/// Waits for a stop request (and, for `weir run`, SIGTERM/SIGINT); a graceful one starts
+/// the drain. Reports the kind to [`HyperPlane::wait_stop`].
+async fn stop_watcher(
+    stop: watch::Receiver<Option<StopKind>>,
+    os_signals: bool,
+    shared: Arc<Shared>,
+    drain: watch::Sender<bool>,
+    stopped: mpsc::Sender<StopKind>,
+) {
+    let requested = shutdown::requested(stop);
+    let kind = if os_signals { shutdown::os_or(requested).await } else { requested.await };
+    if kind == StopKind::Graceful {
+        tracing::info!(active = shared.active(), "draining: stopped accepting");
+        shared.start_draining();
+        let _ = drain.send(true);
+    }
+    let _ = stopped.send(kind);
+    // Keep the drain sender alive: dropping it would read as "never drain".
+    std::future::pending::<()>().await;
+}
+
+/// `n` listeners on `addr` (port 0: the port the first one got); with `SO_REUSEPORT` when
+/// there are several.
+fn bind(addr: SocketAddr, n: usize) -> Result<Vec<std::net::TcpListener>, StartError> {
+    let mut listeners: Vec<std::net::TcpListener> = Vec::with_capacity(n);
+    let mut at = addr;
+    for _ in 0..n.max(1) {
+        let socket = Socket::new(Domain::for_address(at), Type::STREAM, None)
+            .map_err(|e| bind_error(addr, e))?;
+        let setup = || -> std::io::Result<()> {
+            socket.set_reuse_address(true)?;
+            if n > 1 {
+                socket.set_reuse_port(true)?;
+            }
+            socket.bind(&at.into())?;
+            socket.listen(BACKLOG)?;
+            socket.set_nonblocking(true)
+        };
+        setup().map_err(|e| bind_error(addr, e))?;
+        let listener: std::net::TcpListener = socket.into();
+        if let Some(first) = listeners.first() {
+            debug_assert_eq!(first.local_addr().ok(), Some(at));
+        } else {
+            at = listener.local_addr().map_err(|e| bind_error(addr, e))?;
+        }
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+fn bind_error(addr: SocketAddr, source: std::io::Error) -> StartError {
+    StartError::Bind { what: "inbound.listen", addr, source }
 }

@@ -17,7 +17,7 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -81,6 +81,8 @@ pub struct ConnState {
     busy: AtomicUsize,
     /// When the last request left, in nanoseconds since [`epoch`].
     idle_since: AtomicU64,
+    /// HTTP/1.1: the next bytes read are (most likely) a request head.
+    expect_head: AtomicBool,
 }
 
 /// Keeps a connection counted busy while one of its requests is inside.
@@ -156,6 +158,7 @@ impl Inbound {
         let _busy = Busy::new(&conn);
         let _active = self.shared.active_request();
         let mut response = self.handle(&conn, req).await;
+        conn.expect_head.store(true, Release);
         let level = self.refusals.level_value(self.shared.engine.level());
         response.headers_mut().insert(self.refusals.level_name().name().clone(), level);
         Ok(response)
@@ -418,7 +421,13 @@ impl ConnState {
     pub fn new() -> Self {
         let state = ConnState::default();
         state.idle_since.store(since_epoch(Instant::now()), Release);
+        state.expect_head.store(true, Release);
         state
+    }
+
+    /// Whether the next read is expected to start a request head; clears the expectation.
+    pub fn take_expect_head(&self) -> bool {
+        self.expect_head.swap(false, AcqRel)
     }
 
     /// When the connection has been idle for `idle` (no request inside since then), or

@@ -2,6 +2,11 @@
 //!
 //! - **write timeout**: a write that makes no progress for `timeouts.write` (the caller
 //!   stopped reading, the socket buffer is full) fails, which ends the connection;
+//! - **one `Content-Length`** (HTTP/1.1): hyper refuses `Content-Length: 5,5` (one line,
+//!   a list of equal values) with a 400; RFC 9110 lets a recipient replace it with the single
+//!   value, which is what a proxy in front of an app should do. In a request head read right
+//!   after the previous response, the repeated values are blanked out (`5  `; the value's
+//!   trailing whitespace is not part of it). Unequal values are left for hyper to refuse;
 //! - **level on hyper's own errors** (HTTP/1.1 only): hyper answers a request it cannot
 //!   parse with a canned `400` (or `431`, `505`) written straight to the socket, past any
 //!   service. Every weir response carries `x-admission-level`, so an error head without it
@@ -19,7 +24,7 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use crate::service::Inbound;
+use crate::service::{ConnState, Inbound};
 
 pub struct CallerIo {
     inner: TcpStream,
@@ -31,11 +36,18 @@ pub struct CallerIo {
     stamp: Option<Arc<Inbound>>,
     /// A rewritten error head still to be written (already reported as written to hyper).
     pending: Option<Bytes>,
+    /// HTTP/1.1: tells when a request head is expected.
+    conn: Option<Arc<ConnState>>,
 }
 
 impl CallerIo {
-    pub fn http1(inner: TcpStream, write_timeout: Duration, inbound: Arc<Inbound>) -> Self {
-        CallerIo { stamp: Some(inbound), ..Self::h2(inner, write_timeout) }
+    pub fn http1(
+        inner: TcpStream,
+        write_timeout: Duration,
+        inbound: Arc<Inbound>,
+        conn: Arc<ConnState>,
+    ) -> Self {
+        CallerIo { stamp: Some(inbound), conn: Some(conn), ..Self::h2(inner, write_timeout) }
     }
 
     pub fn h2(inner: TcpStream, write_timeout: Duration) -> Self {
@@ -46,6 +58,7 @@ impl CallerIo {
             progressed: false,
             stamp: None,
             pending: None,
+            conn: None,
         }
     }
 
@@ -142,6 +155,36 @@ impl CallerIo {
     }
 }
 
+/// In the request head at the start of `read`, a `Content-Length` whose value is a list of
+/// equal numbers keeps the first; the rest is blanked to trailing whitespace.
+fn collapse_content_length(read: &mut [u8]) {
+    const NAME: &[u8] = b"content-length:";
+    let head_end = find(read, b"\r\n\r\n").unwrap_or(read.len());
+    let head = &mut read[..head_end];
+    if !head.contains(&b',') {
+        return;
+    }
+    let mut line_start = 0;
+    while line_start < head.len() {
+        let line_end = find(&head[line_start..], b"\r\n").map_or(head.len(), |i| line_start + i);
+        let line = &mut head[line_start..line_end];
+        if line.len() > NAME.len() && line[..NAME.len()].eq_ignore_ascii_case(NAME) {
+            let value = &mut line[NAME.len()..];
+            let mut parts = value.split(|&b| b == b',').map(|p| p.trim_ascii());
+            let first = parts.next().unwrap_or_default();
+            let all_equal = !first.is_empty()
+                && first.iter().all(u8::is_ascii_digit)
+                && parts.all(|p| p == first);
+            if all_equal {
+                if let Some(comma) = value.iter().position(|&b| b == b',') {
+                    value[comma..].fill(b' ');
+                }
+            }
+        }
+        line_start = line_end + 2;
+    }
+}
+
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
@@ -152,7 +195,12 @@ impl AsyncRead for CallerIo {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.inner).poll_read(cx, buf)
+        let start = buf.filled().len();
+        ready!(Pin::new(&mut self.inner).poll_read(cx, buf))?;
+        if buf.filled().len() > start && self.conn.as_ref().is_some_and(|c| c.take_expect_head()) {
+            collapse_content_length(&mut buf.filled_mut()[start..]);
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
@@ -203,5 +251,40 @@ impl AsyncWrite for CallerIo {
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         ready!(self.poll_pending(cx))?;
         Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::collapse_content_length;
+
+    fn collapsed(head: &str) -> String {
+        let mut bytes = head.as_bytes().to_vec();
+        collapse_content_length(&mut bytes);
+        String::from_utf8(bytes).unwrap()
+    }
+
+    #[test]
+    fn equal_content_lengths_collapse_to_one() {
+        assert_eq!(
+            collapsed("POST / HTTP/1.1\r\nContent-Length: 5,5\r\n\r\nhe,lo"),
+            "POST / HTTP/1.1\r\nContent-Length: 5  \r\n\r\nhe,lo"
+        );
+        assert_eq!(
+            collapsed("P / HTTP/1.1\r\ncontent-length:7 , 7,7\r\n\r\n"),
+            "P / HTTP/1.1\r\ncontent-length:7      \r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn anything_else_is_left_for_hyper() {
+        for head in [
+            "POST / HTTP/1.1\r\nContent-Length: 5,6\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: ,5\r\n\r\n",
+            "POST / HTTP/1.1\r\nx-list: 5,5\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 5\r\n\r\n5,5",
+        ] {
+            assert_eq!(collapsed(head), head);
+        }
     }
 }
