@@ -55,6 +55,12 @@ pub struct TemplateError {
 impl Template {
     /// Reads the template directory (a mounted ConfigMap).
     pub fn from_dir(dir: &Path) -> Result<Self, TemplateError> {
+        if !dir.is_dir() {
+            return Err(TemplateError {
+                file: dir.display().to_string(),
+                message: "not a directory (mount the injector template ConfigMap there)".into(),
+            });
+        }
         let read = |name: &str| -> Result<Option<String>, TemplateError> {
             match std::fs::read_to_string(dir.join(name)) {
                 Ok(text) => Ok(Some(text)),

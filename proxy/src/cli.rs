@@ -104,7 +104,17 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Exit
                 };
             }
             let rendered = e.to_string();
-            let line = rendered.lines().next().unwrap_or("invalid arguments");
+            let mut line = rendered.lines().next().unwrap_or("invalid arguments").to_string();
+            if e.kind() == MissingRequiredArgument {
+                // clap lists the missing flags on the following lines: keep them on this one.
+                let missing: Vec<&str> = rendered
+                    .lines()
+                    .skip(1)
+                    .map(str::trim)
+                    .take_while(|l| l.starts_with("--") || l.starts_with('<'))
+                    .collect();
+                line = format!("{} {}", line.trim_end_matches(':'), missing.join(", "));
+            }
             eprintln!("weir: {}", line.trim_start_matches("error: "));
             return ExitCode::from(EXIT_USAGE);
         }
