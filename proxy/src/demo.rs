@@ -4,7 +4,8 @@
 //! (`weir_workload::backend`), a sidecar in front of it ([`crate::Sidecar`]) and an
 //! open-loop load of three business classes that steps 0.5x -> 3x -> 0.5x the app's
 //! capacity, shows a live view (admission level, queuing time, per-class admitted and
-//! refused per second) and ends with a summary table.
+//! refused per second) and ends with a summary table and the recovery after the drop
+//! (how long until every class is served again).
 //!
 //! Wiring for the CLI (`cli.rs`):
 //! ```text
@@ -70,7 +71,8 @@ pub fn execute(args: &DemoArgs) -> Result<LoadReport, String> {
     let mut config = SidecarConfig::default();
     config.inbound.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     config.inbound.app = backend.addr();
-    config.inbound.max_inflight = workers;
+    // No `max_inflight`: the demo shows the shipped defaults, which find the app's
+    // concurrency themselves.
     config.inbound.threads = 1;
     config.admin.listen = SocketAddr::from(([127, 0, 0, 1], 0));
     let sidecar = Sidecar::start(config).map_err(|e| format!("cannot start the sidecar: {e}"))?;
@@ -140,12 +142,13 @@ impl View<'_> {
         let overloaded = status.map_or("?", |s| if s.doc.overloaded { "yes" } else { "no" });
         let queuing =
             status.and_then(|s| s.doc.mean_queuing_ms).map_or("-".into(), |q| format!("{q:.1} ms"));
+        let limit = status.map_or("?".into(), |s| s.inflight_limit().to_string());
         let count = |v: Option<&Vec<u64>>, i: usize| v.and_then(|v| v.get(i)).copied().unwrap_or(0);
         let mut out = String::new();
         if self.plain {
             let _ = write!(
                 out,
-                "t={:>3}s load={multiple}x level={level} overloaded={overloaded} queuing={queuing}",
+                "t={:>3}s load={multiple}x level={level} overloaded={overloaded} queuing={queuing} limit={limit}",
                 second + 1
             );
             for (i, name) in self.classes.iter().enumerate() {
@@ -172,7 +175,7 @@ impl View<'_> {
         );
         let _ = writeln!(
             out,
-            "admission level {level:<8} overloaded {overloaded:<4} queuing {queuing}"
+            "admission level {level:<8} overloaded {overloaded:<4} queuing {queuing:<9} in-flight limit {limit}"
         );
         let _ = writeln!(
             out,
@@ -234,10 +237,36 @@ fn summary(report: &LoadReport, capacity: f64, seconds: u64) -> String {
             goodput * 100.0 / capacity
         );
     }
+    let _ = writeln!(s, "\n{}", recovery_line(report, seconds));
     let _ = writeln!(
         s,
-        "\nadmitted latency p50 {:.1} ms, p99 {:.1} ms; refusals answered in p50 {:.2} ms, p99 {:.2} ms",
+        "admitted latency p50 {:.1} ms, p99 {:.1} ms; refusals answered in p50 {:.2} ms, p99 {:.2} ms",
         report.all_ok_p50_ms, report.all_ok_p99_ms, report.all_refused_p50_ms, report.all_refused_p99_ms
     );
     s
+}
+
+/// When every class was served again after the load fell back to 0.5x: the earliest
+/// moment from which each class keeps >= 99% success to the end of the run.
+fn recovery_line(report: &LoadReport, seconds: u64) -> String {
+    use weir_workload::analysis::recovery_secs;
+    let drop_at = seconds as f64 * 2.0 / 3.0;
+    let end = seconds as f64;
+    let classes = report.classes.len();
+    let fmt = |r: Option<f64>| r.map_or("not within the run".to_string(), |r| format!("{r:.1} s"));
+    let all = recovery_secs(&report.events, drop_at, end, classes, None, 0.99, 1.0);
+    let per_class: Vec<String> = report
+        .classes
+        .iter()
+        .enumerate()
+        .map(|(k, c)| {
+            let r = recovery_secs(&report.events, drop_at, end, classes, Some(k as u16), 0.99, 1.0);
+            format!("{} {}", c.name, fmt(r))
+        })
+        .collect();
+    format!(
+        "recovery after the drop to 0.5x: every class at >= 99% success after {} ({})",
+        fmt(all),
+        per_class.join(", ")
+    )
 }

@@ -21,8 +21,12 @@ pub enum Kind {
     WeirDagor,
     /// weir with the faster law (`law: goodput`).
     WeirGoodput,
-    /// weir with its shipped default configuration.
+    /// weir with its shipped default configuration (the default law).
     Weir,
+    /// weir on the pingora data plane (`inbound.data_plane: pingora`), for the side-by-side.
+    WeirPingora,
+    /// weir on the hyper data plane (`inbound.data_plane: hyper`), for the side-by-side.
+    WeirHyper,
 }
 
 impl Kind {
@@ -33,21 +37,29 @@ impl Kind {
             Kind::Nginx => "nginx",
             Kind::WeirDagor => "weir-dagor",
             Kind::WeirGoodput => "weir-goodput",
-            Kind::Weir => "weir-default",
+            Kind::Weir => "weir",
+            Kind::WeirPingora => "weir-pingora",
+            Kind::WeirHyper => "weir-hyper",
         }
     }
 
     pub fn is_weir(self) -> bool {
-        matches!(self, Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput)
+        matches!(
+            self,
+            Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput | Kind::WeirPingora | Kind::WeirHyper
+        )
     }
 }
 
 #[derive(Clone, Debug)]
 pub struct Options {
     pub weir_bin: PathBuf,
-    /// Requests the proxy forwards at once (HAProxy `maxconn`, weir `max_inflight`);
-    /// set to the backend's worker count so the queue forms in the proxy.
+    /// Requests HAProxy forwards at once (`maxconn`); set to the app's worker count so
+    /// the queue forms in the proxy (HAProxy cannot find it itself).
     pub max_inflight: usize,
+    /// weir's `max_inflight`; None (the benchmark's default) leaves weir's shipped
+    /// default, so weir has to find the app's concurrency itself.
+    pub weir_max_inflight: Option<usize>,
     /// `taskset -c CPU` for the child.
     pub pin_cpu: Option<usize>,
     /// Listen for h2c instead of HTTP/1.1 (HAProxy, nginx; weir serves both).
@@ -87,7 +99,11 @@ impl Contender {
                 let args = vec!["-c".into(), path_arg(&cfg), "-p".into(), path_arg(dir.path())];
                 (require("nginx")?, args)
             }
-            Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput => {
+            Kind::Weir
+            | Kind::WeirDagor
+            | Kind::WeirGoodput
+            | Kind::WeirPingora
+            | Kind::WeirHyper => {
                 anyhow::ensure!(
                     opts.weir_bin.is_file(),
                     "{} not found: build it with `cargo build --release -p proxy`",
@@ -107,7 +123,11 @@ impl Contender {
                         backend.to_string(),
                     ])
                     .chain(["--admin".into(), admin_addr.to_string()])
-                    .chain(["--max-inflight".into(), opts.max_inflight.to_string()])
+                    .chain(
+                        opts.weir_max_inflight
+                            .iter()
+                            .flat_map(|n| ["--max-inflight".to_string(), n.to_string()]),
+                    )
                     .collect();
                 (opts.weir_bin.clone(), args)
             }
@@ -259,11 +279,16 @@ pub fn weir_config(
         Kind::WeirGoodput => "admission:\n  law: goodput\n",
         _ => "",
     };
+    let plane = match kind {
+        Kind::WeirPingora => "  data_plane: pingora\n",
+        Kind::WeirHyper => "  data_plane: hyper\n",
+        _ => "",
+    };
+    let inflight = o.weir_max_inflight.map_or(String::new(), |n| format!("  max_inflight: {n}\n"));
     format!(
-        "inbound:\n  listen: {listen}\n  app: {backend}\n  max_inflight: {inflight}\n  threads: 1\n\
-         {law}\
+        "inbound:\n  listen: {listen}\n  app: {backend}\n{inflight}  threads: 1\n\
+         {plane}{law}\
          admin:\n  listen: {admin}\n\
          log:\n  filter: warn\n",
-        inflight = o.max_inflight,
     )
 }

@@ -5,18 +5,21 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use std::path::Path;
 
-use crate::load::SecondReport;
-use crate::scenario::BenchResult;
+use crate::scenario::{BenchResult, StepResult, TimelineBucket, LEVEL_ALL_OPEN};
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
-const COLORS: [RGBColor; 6] = [
+const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
     RGBColor(214, 39, 40),
     RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
     RGBColor(0, 0, 0),
 ];
 
@@ -26,8 +29,8 @@ fn color(i: usize) -> RGBColor {
 
 /// The same colour for a contender in every plot.
 fn color_of(name: &str) -> RGBColor {
-    let known = ["direct", "haproxy", "weir-dagor", "weir-default", "nginx"];
-    color(known.iter().position(|n| *n == name).unwrap_or(5))
+    let known = ["direct", "haproxy", "weir-dagor", "weir", "weir-goodput"];
+    color(known.iter().position(|n| *n == name).unwrap_or(9))
 }
 
 fn contenders(r: &BenchResult) -> Vec<String> {
@@ -73,13 +76,23 @@ fn err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("plotting: {e}")
 }
 
-/// Writes `goodput.svg`, `classes.svg` and `step.svg` into `dir`.
-pub fn write_all(r: &BenchResult, dir: &Path) -> anyhow::Result<()> {
+/// Writes `goodput.svg` and `classes.svg` (steady loads), and for each step run of the
+/// first app and mix `step-<contender>.svg` into `dir`; returns the files written.
+pub fn write_all(r: &BenchResult, dir: &Path) -> anyhow::Result<Vec<String>> {
     std::fs::create_dir_all(dir)?;
-    goodput(r, &dir.join("goodput.svg"))?;
-    classes(r, &dir.join("classes.svg"))?;
-    step(r, &dir.join("step.svg"))?;
-    Ok(())
+    let mut written = Vec::new();
+    if !r.loads.is_empty() {
+        goodput(r, &dir.join("goodput.svg"))?;
+        classes(r, &dir.join("classes.svg"))?;
+        written.extend(["goodput.svg".to_string(), "classes.svg".to_string()]);
+    }
+    let first = r.steps.first().map(|s| (s.app.clone(), s.mix.clone()));
+    for step in r.steps.iter().filter(|s| Some((s.app.clone(), s.mix.clone())) == first) {
+        let name = format!("step-{}.svg", step.contender);
+        step_plot(step, &dir.join(&name))?;
+        written.push(name);
+    }
+    Ok(written)
 }
 
 fn max_load(r: &BenchResult) -> f64 {
@@ -174,59 +187,86 @@ fn class_panel(r: &BenchResult, name: &str, panel: &Area<'_>) -> anyhow::Result<
     Ok(())
 }
 
-/// The step run over time: goodput, admitted queuing (client side), weir's level.
-fn step(r: &BenchResult, path: &Path) -> anyhow::Result<()> {
-    let root = SVGBackend::new(path, (1000, 980)).into_drawing_area();
+/// One step run over time: weir's level, in-flight limit and queuing time (from
+/// `/v1/status`), and admitted / refused per class per second (from the clients).
+fn step_plot(step: &StepResult, path: &Path) -> anyhow::Result<()> {
+    let root = SVGBackend::new(path, (1000, 1300)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
-    let panels = root.split_evenly((3, 1));
-    let t_max = r.steps.iter().map(|s| s.series.len()).max().unwrap_or(1) as f64;
-    let capacity = r.capacity.measured_rps;
-    let service_ms = r.config.backend.service_time.as_secs_f64() * 1000.0;
-    let goodput = |s: &SecondReport| Some(SecondReport::total(&s.ok) as f64 / capacity);
-    let queuing = |s: &SecondReport| {
-        (SecondReport::total(&s.ok) > 0).then(|| (s.ok_mean_ms - service_ms).max(0.0))
-    };
-    // Seconds in which nothing succeeded have no admitted latency: leave them out.
-    let series_of = |f: &dyn Fn(&SecondReport) -> Option<f64>| -> Vec<(String, Vec<(f64, f64)>)> {
-        r.steps
-            .iter()
-            .map(|s| {
-                let points =
-                    s.series.iter().filter_map(|b| Some((b.second as f64 + 0.5, f(b)?))).collect();
-                (s.contender.clone(), points)
-            })
-            .collect()
-    };
-    let phases: Vec<f64> = r.config.step.clone();
-    let caption = format!("Step {phases:?}x: goodput per second / capacity");
-    time_panel(&panels[0], &caption, "goodput / capacity", t_max, 1.3, series_of(&goodput))?;
-    let q = series_of(&queuing);
-    let q_max = q.iter().flat_map(|(_, p)| p.iter().map(|p| p.1)).fold(40.0, f64::max) * 1.1;
+    let panels = root.split_evenly((4, 1));
+    let t_max = step.timeline.last().map_or(1.0, |b| b.at_secs + 0.25);
+    let title = format!("{} - app {}, mix {}", step.contender, step.app, step.mix);
+    let status = &step.status;
+    // B + U/128, so the business classes in use (0, 1, 2) read off the axis; anything
+    // from 3.0 up (fully open is 255.127) is drawn at 3.
+    let level: Vec<(f64, f64)> = status
+        .iter()
+        .map(|p| (p.at_secs, f64::from(p.level().min(LEVEL_ALL_OPEN)) / 128.0))
+        .collect();
+    time_panel(
+        &panels[0],
+        &format!("{title}: admission level as B + U/128 (3 = every class admitted)"),
+        "level",
+        t_max,
+        3.1,
+        vec![("level".into(), level)],
+    )?;
+    let limit: Vec<(f64, f64)> =
+        status.iter().map(|p| (p.at_secs, p.inflight_limit() as f64)).collect();
+    let inflight: Vec<(f64, f64)> =
+        status.iter().map(|p| (p.at_secs, p.doc.inflight as f64)).collect();
+    let queued: Vec<(f64, f64)> =
+        status.iter().map(|p| (p.at_secs, p.doc.queue_depth as f64)).collect();
+    let y =
+        [&limit, &inflight, &queued].iter().flat_map(|v| v.iter().map(|p| p.1)).fold(8.0, f64::max)
+            * 1.1;
     time_panel(
         &panels[1],
-        "admitted latency minus service time (ms)",
-        "queuing (ms)",
+        "in-flight limit, in flight to the app, waiting in weir",
+        "requests",
         t_max,
-        q_max,
-        q,
+        y,
+        vec![("limit".into(), limit), ("in flight".into(), inflight), ("queued".into(), queued)],
     )?;
-    let levels: Vec<(String, Vec<(f64, f64)>)> = r
-        .steps
-        .iter()
-        .filter(|s| !s.status.is_empty())
-        .map(|s| {
-            // B + U/128, so the business classes in use (0, 1, 2) read off the axis;
-            // anything from 3.0 up (fully open is 255.127) is drawn at 3.
-            let points = s
-                .status
-                .iter()
-                .filter_map(|p| Some((p.at_secs, (p.level() as f64 / 128.0).min(3.0))))
-                .collect();
-            (s.contender.clone(), points)
-        })
-        .collect();
-    let caption = "weir admission level as B + U/128 (3 = admits every class in use)";
-    time_panel(&panels[2], caption, "level", t_max, 3.1, levels)?;
+    let queuing: Vec<(f64, f64)> =
+        status.iter().filter_map(|p| Some((p.at_secs, p.doc.mean_queuing_ms?))).collect();
+    let y = queuing.iter().map(|p| p.1).fold(30.0, f64::max) * 1.1;
+    time_panel(
+        &panels[2],
+        "mean queuing time of the last window (ms)",
+        "ms",
+        t_max,
+        y,
+        vec![("queuing".into(), queuing)],
+    )?;
+    let per_sec = |b: &TimelineBucket, v: &Vec<u64>, k: usize| {
+        let width = 0.25;
+        (b.at_secs + width / 2.0, v.get(k).copied().unwrap_or(0) as f64 / width)
+    };
+    let names = ["critical", "normal", "background"];
+    let mut lines = Vec::new();
+    for (k, name) in names.iter().enumerate() {
+        lines.push((
+            format!("{name} admitted"),
+            step.timeline.iter().map(|b| per_sec(b, &b.ok, k)).collect::<Vec<_>>(),
+        ));
+        lines.push((
+            format!("{name} refused"),
+            step.timeline.iter().map(|b| per_sec(b, &b.refused, k)).collect(),
+        ));
+        lines.push((
+            format!("{name} timed out"),
+            step.timeline.iter().map(|b| per_sec(b, &b.timed_out, k)).collect(),
+        ));
+    }
+    let y = lines.iter().flat_map(|(_, v)| v.iter().map(|p| p.1)).fold(10.0, f64::max) * 1.1;
+    time_panel(
+        &panels[3],
+        "per class, per second (250 ms buckets by send time)",
+        "requests / s",
+        t_max,
+        y,
+        lines,
+    )?;
     root.present().map_err(err)?;
     Ok(())
 }
@@ -247,9 +287,8 @@ fn time_panel(
         .build_cartesian_2d(0f64..t_max, 0f64..y_max)
         .map_err(err)?;
     chart.configure_mesh().x_desc("seconds").y_desc(y_desc).draw().map_err(err)?;
-    for (name, points) in lines {
-        let c = color_of(&name);
-        line(&mut chart, points, &name, c)?;
+    for (i, (name, points)) in lines.into_iter().enumerate() {
+        line(&mut chart, points, &name, color(i))?;
     }
     legend(&mut chart, SeriesLabelPosition::UpperRight)?;
     Ok(())

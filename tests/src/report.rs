@@ -3,7 +3,7 @@
 use serde::Serialize;
 use std::fmt::Write as _;
 
-use crate::scenario::{analysis_fmt, BenchResult};
+use crate::scenario::{fmt_secs as analysis_fmt, BenchResult};
 
 pub use weir_workload::{ser_millis, ser_secs};
 
@@ -63,78 +63,215 @@ fn pct(x: f64) -> String {
     format!("{:.1}%", x * 100.0)
 }
 
+fn pct_opt(x: Option<f64>) -> String {
+    x.map_or("-".into(), pct)
+}
+
+fn ms_opt(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.0}"))
+}
+
+fn num_opt(x: Option<f64>) -> String {
+    x.map_or("-".into(), |v| format!("{v:.0}"))
+}
+
+/// Per-class figures as "a / b / c".
+fn per_class(values: impl Iterator<Item = String>) -> String {
+    values.collect::<Vec<_>>().join(" / ")
+}
+
 /// The overload benchmark's tables.
 pub fn overload_markdown(r: &BenchResult) -> String {
     let mut s = String::new();
     let c = &r.config;
     let _ = writeln!(
         s,
-        "Backend: {} workers x {} ms ({}), nominal {:.0} rps, measured capacity **{:.0} rps**. \
-         Deadline {} ms; classes critical(b=0) 10%, normal(b=1) 30%, background(b=2) 60%; {:?}.\n",
-        c.backend.workers,
-        c.backend.service_time.as_millis(),
-        match (c.backend.busy_wait, c.backend.cancel_on_disconnect) {
-            (false, false) => "sleep; finishes abandoned work",
-            (true, false) => "busy-wait; finishes abandoned work",
-            (false, true) => "sleep; cancels work on disconnect",
-            (true, true) => "busy-wait; cancels work on disconnect",
-        },
-        r.capacity.nominal_rps,
-        r.capacity.measured_rps,
+        "Deadline {} ms; classes critical (b=0) / normal (b=1) / background (b=2); {:?}; seed {}. \
+         weir runs with its shipped defaults (no `max_inflight`); HAProxy with `maxconn` = the app's workers.\n",
         c.deadline.as_millis(),
         c.protocol,
+        c.seed
     );
-    let _ = writeln!(
-        s,
-        "| contender | load | goodput/capacity | critical ok | normal ok | background ok | admitted p99 | refusal p50 | unserved (ideal) | wasted work | app peak inside |"
-    );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for l in &r.loads {
-        let class = |i: usize| l.classes.get(i).map_or("-".into(), |c| pct(c.success_ratio()));
+    let _ = writeln!(s, "| app | nominal | measured capacity |\n|---|---:|---:|");
+    for app in &r.apps {
         let _ = writeln!(
             s,
-            "| {} | {:.1}x | {} | {} | {} | {} | {:.1} ms | {} | {} ({}) | {} | {} |",
-            l.contender,
-            l.multiple,
-            pct(l.goodput_ratio),
-            class(0),
-            class(1),
-            class(2),
-            l.ok_p99_ms,
-            if l.classes.iter().any(|c| c.refused > 0) {
-                format!("{:.2} ms", l.refused_p50_ms)
-            } else {
-                "-".into()
-            },
-            pct(l.unserved_fraction),
-            pct(l.ideal_unserved_fraction),
-            pct(l.wasted_work_fraction),
-            l.backend.peak_outstanding,
+            "| {} | {:.0} rps | {:.0} rps |",
+            app.label, app.capacity.nominal_rps, app.capacity.measured_rps
         );
     }
-    let _ = writeln!(s, "\nStep {:?}x, {} s each:\n", c.step, c.step_phase.as_secs());
-    let _ = writeln!(
-        s,
-        "| contender | settle (goodput >= 95% and queuing < {} ms) | goodput >= 95% | recover (< 1% unserved) | goodput, 2nd half of high phase | wasted work |",
-        c.queuing_threshold.as_millis()
-    );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
-    for step in &r.steps {
-        let a = &step.analysis;
-        let wasted = if step.backend.busy_seconds > 0.0 {
-            step.backend.wasted_busy_seconds / step.backend.busy_seconds
-        } else {
-            0.0
-        };
+    if !r.steps.is_empty() {
         let _ = writeln!(
             s,
-            "| {} | {} | {} | {} | {} | {} |",
-            step.contender,
-            analysis_fmt(a.settle_secs),
-            analysis_fmt(a.goodput_settle_secs),
-            analysis_fmt(a.recover_secs),
-            pct(a.high_phase_goodput_ratio),
-            pct(wasted),
+            "\n#### Step {:?}x, {} s each\n\n\
+             settle: from the jump until every 500 ms window serves >= 90% of capacity with admitted p90 <= S + 40 ms; \
+             recovery: from the drop until every class keeps >= 99% success; timeouts: share of the refusals that reached \
+             clients as 500 ms timeouts instead of fast 503s; latency from the 2nd second of the spike on; goodput over \
+             the high phase; success per class (critical / normal / background).\n",
+            c.step,
+            c.step_phase.as_secs()
+        );
+        let _ = writeln!(
+            s,
+            "| app | mix | contender | settle | recovery | timeouts / refusals | admitted p50 / p90 / p99 ms | high-phase goodput | top class (high) | success from drop + 2 s | recovery per class |"
+        );
+        let _ = writeln!(s, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for step in &r.steps {
+            let m = &step.metrics;
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} ({} of {}) | {} / {} / {} | {} | {:.2}% | {} | {} |",
+                step.app,
+                step.mix,
+                step.contender,
+                analysis_fmt(m.settle_secs),
+                analysis_fmt(m.recovery_secs),
+                pct_opt(m.timeout_share),
+                m.timed_out,
+                m.timed_out + m.refused,
+                ms_opt(m.admitted_p50_ms),
+                ms_opt(m.admitted_p90_ms),
+                ms_opt(m.admitted_p99_ms),
+                pct(m.high_goodput_ratio),
+                m.top_class_success_high * 100.0,
+                per_class(m.classes.iter().map(|c| pct(c.success_after_drop))),
+                per_class(m.classes.iter().map(|c| analysis_fmt(c.recovery_secs))),
+            );
+        }
+    }
+    if !r.loads.is_empty() {
+        let app = r.apps.first().map_or("-".to_string(), |a| a.label.clone());
+        let _ = writeln!(
+            s,
+            "\n#### Steady loads (app {app}, mix {}), {} s each, first {} s not counted\n\n\
+             shed vs ideal: share not served minus `1 - 1/load` (percentage points); vs direct: the same load through nothing.\n",
+            c.mixes.first().map_or("-", |m| m.name.as_str()),
+            c.load_duration.as_secs(),
+            c.warmup.as_secs()
+        );
+        let _ = writeln!(
+            s,
+            "| contender | load | goodput / capacity | admitted p50 / p99 ms | shed vs ideal | top class | refused + timed out | throughput vs direct | p99 vs direct | weir limit | app peak inside |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for l in &r.loads {
+            let direct = r
+                .loads
+                .iter()
+                .find(|d| d.contender == "direct" && (d.multiple - l.multiple).abs() < 1e-9);
+            let vs = |f: &dyn Fn(&crate::scenario::LoadResult) -> f64| {
+                direct.filter(|d| f(d) > 0.0).map_or("-".into(), |d| format!("{:.2}", f(l) / f(d)))
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {:.1}x | {} | {:.0} / {:.0} | {:+.1} pp | {} | {} | {} | {} | {} | {} |",
+                l.contender,
+                l.multiple,
+                pct(l.goodput_ratio),
+                l.ok_p50_ms,
+                l.ok_p99_ms,
+                l.shed_excess_pp(),
+                l.classes
+                    .first()
+                    .map_or("-".into(), |c| format!("{:.2}%", c.success_ratio() * 100.0)),
+                l.refused + l.timed_out,
+                vs(&|x| x.goodput_rps),
+                vs(&|x| x.ok_p99_ms),
+                num_opt(l.inflight_limit),
+                l.backend.peak_outstanding,
+            );
+        }
+    }
+    if !r.adaptive.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n#### Adaptive in-flight limit (weir defaults; apps of W workers, each at {:.0} rps nominal), {} s per run\n",
+            c.adaptive_capacity,
+            c.adaptive_duration.as_secs()
+        );
+        let _ = writeln!(
+            s,
+            "| app | limit at 0.8x | limit at 3x | app peak inside at 3x | admitted p99 at 3x | goodput at 3x | throughput at 0.8x (direct) | p99 at 0.8x (direct) | refused at 0.8x |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+        for a in &r.adaptive {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {:.0} ms | {} | {:.0} ({}) rps | {:.0} ({}) ms | {} |",
+                a.app,
+                num_opt(a.limit_at_low),
+                num_opt(a.limit_at_high),
+                a.app_peak_inside_at_high,
+                a.p99_at_high_ms,
+                pct(a.goodput_at_high_ratio),
+                a.throughput_at_low_rps,
+                num_opt(a.direct_throughput_at_low_rps),
+                a.p99_at_low_ms,
+                num_opt(a.direct_p99_at_low_ms),
+                a.refused_at_low,
+            );
+        }
+    }
+    for shift in &r.shifts {
+        let _ = writeln!(
+            s,
+            "\n#### App {} slows to 2S and recovers ({:.1}x its normal capacity offered; {} s per phase)\n\n\
+             follows: until the value stays within a quarter of where it settles (limit; at least 1) or a quarter class (level, clamped at 3.0).\n",
+            shift.app,
+            shift.multiple,
+            c.shift_phase.as_secs()
+        );
+        let _ = writeln!(
+            s,
+            "| at | service time | limit before -> after | limit follows in | level before -> after | level follows in | success in the phase after |"
+        );
+        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|");
+        for (i, f) in shift.follows.iter().enumerate() {
+            let level = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.2}", v / 128.0));
+            let _ = writeln!(
+                s,
+                "| {:.0} s | {:.0} ms | {} -> {} | {} | {} -> {} | {} | {} |",
+                f.at_secs,
+                f.service_ms,
+                num_opt(f.limit_before),
+                num_opt(f.limit_after),
+                analysis_fmt(f.limit_follow_secs),
+                level(f.level_before),
+                level(f.level_after),
+                analysis_fmt(f.level_follow_secs),
+                shift
+                    .phase_success
+                    .get(i + 1)
+                    .map_or("-".into(), |v| per_class(v.iter().map(|x| pct(*x)))),
+            );
+        }
+    }
+    for stall in &r.stalls {
+        let d = &stall.during;
+        let _ = writeln!(
+            s,
+            "\n#### App {} stops answering from {:.0} s to {:.0} s ({:.1}x offered; clients wait up to 1.5 s to see late answers)\n",
+            stall.app, stall.stall_from_secs, stall.stall_to_secs, stall.multiple
+        );
+        let _ = writeln!(
+            s,
+            "| sent during the stall | ok / refused / no answer in 1.5 s | answered p99 / max | answered within 600 ms | /v1/status overloaded after | level open again after the app's return | every class >= 99% after | critical success before the stall |"
+        );
+        let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|");
+        let _ = writeln!(
+            s,
+            "| {} | {} / {} / {} | {} / {} ms | {} | {} | {} | {} | {} |",
+            d.sent,
+            d.ok,
+            d.refused,
+            d.timed_out + d.errors,
+            ms_opt(stall.answered_p99_ms),
+            ms_opt(stall.answered_max_ms),
+            pct(stall.answered_within_600ms),
+            analysis_fmt(stall.overloaded_after_secs),
+            analysis_fmt(stall.level_open_after_secs),
+            analysis_fmt(stall.recovery_secs),
+            pct(stall.critical_success_before),
         );
     }
     for skipped in &r.skipped {

@@ -34,12 +34,63 @@ pub struct BackendConfig {
     /// that cancels work on disconnect. Off by default: most apps finish what they took.
     #[serde(default)]
     pub cancel_on_disconnect: bool,
+    /// Changes of the service time over the run: from each `at` (since start or the last
+    /// reset) on, requests take `service_time` (an app that becomes slower, then recovers).
+    #[serde(default)]
+    pub service_changes: Vec<ServiceChange>,
+    /// The app stops answering for a while: nothing starts or finishes service inside it.
+    #[serde(default)]
+    pub stall: Option<Stall>,
+}
+
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct ServiceChange {
+    #[serde(serialize_with = "crate::ser_secs")]
+    pub at: Duration,
+    #[serde(serialize_with = "crate::ser_millis")]
+    pub service_time: Duration,
+}
+
+/// `[from, to)` since start or the last reset.
+#[derive(Clone, Copy, Debug, Serialize)]
+pub struct Stall {
+    #[serde(serialize_with = "crate::ser_secs")]
+    pub from: Duration,
+    #[serde(serialize_with = "crate::ser_secs")]
+    pub to: Duration,
 }
 
 impl BackendConfig {
     /// Sleeping workers that finish what they took.
     pub fn new(workers: usize, service_time: Duration) -> Self {
-        BackendConfig { workers, service_time, busy_wait: false, cancel_on_disconnect: false }
+        BackendConfig {
+            workers,
+            service_time,
+            busy_wait: false,
+            cancel_on_disconnect: false,
+            service_changes: Vec::new(),
+            stall: None,
+        }
+    }
+
+    /// The service time at `elapsed` since start (or the last reset).
+    pub fn service_time_at(&self, elapsed: Duration) -> Duration {
+        self.service_changes
+            .iter()
+            .filter(|c| c.at <= elapsed)
+            .max_by_key(|c| c.at)
+            .map_or(self.service_time, |c| c.service_time)
+    }
+
+    /// When service that would end at `finish` (since start) ends once a stall that
+    /// overlaps `[start, finish)` has passed.
+    fn finish_after_stall(&self, start: Duration, finish: Duration) -> Duration {
+        match self.stall {
+            Some(stall) if stall.from < finish && stall.to > start => {
+                finish + (stall.to - stall.from.max(start))
+            }
+            _ => finish,
+        }
     }
 
     /// The model's nominal capacity (requests per second).
@@ -87,6 +138,8 @@ struct Counters {
 struct Epoch {
     workers: Arc<Semaphore>,
     counters: Counters,
+    /// What service changes and stalls are timed from.
+    started: Instant,
 }
 
 struct Shared {
@@ -158,6 +211,7 @@ impl Epoch {
         Arc::new(Epoch {
             workers: Arc::new(Semaphore::new(permits)),
             counters: Counters::default(),
+            started: Instant::now(),
         })
     }
 
@@ -266,16 +320,19 @@ async fn serve_one(epoch: &Epoch, config: &BackendConfig, deadline_us: Option<u6
         c.started_late.fetch_add(1, Relaxed);
     }
     let started = Instant::now();
+    let since = started.saturating_duration_since(epoch.started);
+    let service_time = config.service_time_at(since);
+    let finish = config.finish_after_stall(since, since + service_time);
     if config.busy_wait {
-        let service_time = config.service_time;
         let _ = tokio::task::spawn_blocking(move || {
             while started.elapsed() < service_time {
                 std::hint::spin_loop();
             }
         })
         .await;
-    } else if !config.service_time.is_zero() {
-        tokio::time::sleep(config.service_time).await;
+        tokio::time::sleep_until((epoch.started + finish).into()).await;
+    } else if !finish.is_zero() {
+        tokio::time::sleep_until((epoch.started + finish).into()).await;
     }
     drop(permit);
     let busy = started.elapsed().as_nanos() as u64;

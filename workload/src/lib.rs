@@ -7,11 +7,14 @@
 //! - [`load`]: an open-loop generator (Poisson arrivals, business classes, a user
 //!   population, per-request deadlines) with per-class counts, latency histograms and
 //!   per-second series.
+//! - [`analysis`]: settle and recovery times, timeout shares and latency quantiles read
+//!   from a run's per-request log.
 //! - [`status`]: polling weir's admin `/v1/status`, read through control-api's
 //!   [`control_api::StatusDoc`].
 //!
 //! Everything here targets 127.0.0.1 only, and every run has a fixed duration.
 
+pub mod analysis;
 pub mod backend;
 pub mod load;
 pub mod status;

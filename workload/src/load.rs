@@ -24,7 +24,7 @@ mod recorder;
 #[cfg(test)]
 mod tests;
 
-pub use recorder::{ClassReport, LoadReport, Outcome, Recorder, SecondReport};
+pub use recorder::{ClassReport, Ending, Event, LoadReport, Outcome, Recorder, SecondReport};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -61,6 +61,10 @@ pub struct LoadSpec {
     /// Send precomputed `x-business-priority` / `x-user-priority`.
     pub send_priority_headers: bool,
     pub deadline: Duration,
+    /// How long past `deadline` the client still waits for an answer before it gives up
+    /// (zero: it gives up at the deadline). A grace shows how late a proxy answers a
+    /// request whose budget ran out.
+    pub client_grace: Duration,
     /// Requests sent before this offset count in the series but not in the steady totals.
     pub warmup: Duration,
     pub seed: u64,
@@ -79,6 +83,7 @@ impl LoadSpec {
             send_user_id: true,
             send_priority_headers: true,
             deadline: Duration::from_millis(500),
+            client_grace: Duration::ZERO,
             warmup: Duration::ZERO,
             seed: 7,
             path: "/work".into(),
@@ -93,9 +98,20 @@ impl LoadSpec {
 /// 10% critical (b=0), 30% normal (b=1), 60% background (b=2): the critical class alone
 /// stays inside capacity up to 10x overload.
 pub fn default_classes() -> Vec<ClassSpec> {
-    [("critical", 0, 0.1), ("normal", 1, 0.3), ("background", 2, 0.6)]
+    classes_with_shares([0.1, 0.3, 0.6])
+}
+
+/// critical (b=0), normal (b=1) and background (b=2) in the given shares.
+pub fn classes_with_shares(shares: [f64; 3]) -> Vec<ClassSpec> {
+    ["critical", "normal", "background"]
         .into_iter()
-        .map(|(name, business, weight)| ClassSpec { name: name.into(), business, weight })
+        .zip(shares)
+        .enumerate()
+        .map(|(business, (name, weight))| ClassSpec {
+            name: name.into(),
+            business: business as u8,
+            weight,
+        })
         .collect()
 }
 
@@ -223,7 +239,7 @@ async fn send(
         let body = body.collect().await?;
         Ok::<_, anyhow::Error>((parts, body.trailers().cloned()))
     };
-    match tokio::time::timeout_at(r.scheduled + spec.deadline, exchange).await {
+    match tokio::time::timeout_at(r.scheduled + spec.deadline + spec.client_grace, exchange).await {
         Err(_) => Outcome::TimedOut,
         Ok(Err(_)) => Outcome::Error,
         Ok(Ok((parts, trailers))) => Outcome::classify(&parts, trailers.as_ref()),

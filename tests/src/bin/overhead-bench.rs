@@ -116,6 +116,7 @@ fn main() -> anyhow::Result<()> {
                     let opts = contender::Options {
                         weir_bin: weir_bin.clone(),
                         max_inflight: 1024,
+        weir_max_inflight: Some(1024),
                         pin_cpu: (kind != Kind::Direct).then_some(1),
                         protocol,
                         queue_timeout: Duration::from_millis(500),

@@ -1,5 +1,5 @@
 //! The overload benchmark (see BENCHMARKS.md):
-//! `cargo build --release -p proxy && cargo run --release -p weir-tests --bin overload-bench -- [--quick]`
+//! `cargo build --release -p proxy -p weir-tests && target/release/overload-bench [--quick]`
 
 use clap::Parser;
 use std::path::PathBuf;
@@ -9,35 +9,50 @@ use weir_harness::backend::BackendConfig;
 use weir_harness::contender::{self, Kind};
 use weir_harness::load::Protocol;
 use weir_harness::report::{self, Machine};
-use weir_harness::scenario::{self, ScenarioConfig};
+use weir_harness::scenario::{self, Mix, ScenarioConfig, Suite};
 
 #[derive(Parser, Debug)]
-#[command(about = "Overload benchmark: direct vs HAProxy vs weir, side by side")]
+#[command(about = "Overload benchmark: weir's laws vs HAProxy vs direct, side by side")]
 struct Args {
-    /// Short runs (under 2 minutes in all) for a smoke check; numbers are noisier.
+    /// A few minutes in all: one app and mix for the step, 6 s phases, shorter runs.
     #[arg(long)]
     quick: bool,
-    /// Backend workers (W).
-    #[arg(long, default_value_t = 8)]
-    workers: usize,
-    /// Backend service time in ms (S); capacity = W / S.
-    #[arg(long, default_value_t = 20)]
-    service_ms: u64,
+    /// Which suites to run.
+    #[arg(long, value_delimiter = ',', default_values = ["step", "steady", "adaptive", "shift", "stall"])]
+    suites: Vec<Suite>,
+    /// Apps of the step suite as WORKERSxMS (the first also serves the other suites).
+    #[arg(long, value_delimiter = ',', default_values = ["4x10", "8x20"])]
+    apps: Vec<String>,
+    /// Class mixes critical/normal/background in percent.
+    #[arg(long, value_delimiter = ',', default_values = ["10/30/60", "20/30/50"])]
+    mixes: Vec<String>,
+    /// Seconds of each step phase (0.5x, 3x, 0.5x) [default: 15; with --quick 6].
+    #[arg(long)]
+    step_secs: Option<u64>,
+    /// Steady loads as multiples of the measured capacity
+    /// [default: 0.8,1.5,3,6,10; with --quick 0.8,3,10].
+    #[arg(long, value_delimiter = ',')]
+    loads: Option<Vec<f64>>,
+    /// Worker counts of the adaptive suite's apps.
+    #[arg(long, value_delimiter = ',', default_values = ["1", "4", "16", "64"])]
+    adaptive_workers: Vec<usize>,
+    #[arg(long, value_delimiter = ',', default_values = ["weir", "weir-dagor", "weir-goodput", "haproxy", "direct"])]
+    contenders: Vec<Kind>,
     /// Burn CPU for the service time instead of sleeping.
     #[arg(long)]
     busy_wait: bool,
     /// The app abandons a request when its connection closes (default: it finishes it).
     #[arg(long)]
     app_cancels: bool,
-    /// Offered loads as multiples of the measured capacity
-    /// [default: 0.8,1.5,3,6,10; with --quick 0.8,1.5,3,6].
-    #[arg(long, value_delimiter = ',')]
-    loads: Option<Vec<f64>>,
-    #[arg(long, value_delimiter = ',', default_values = ["direct", "haproxy", "weir-dagor", "weir-goodput"])]
-    contenders: Vec<Kind>,
     #[arg(long, value_enum, default_value_t = Protocol::Http1)]
     protocol: Protocol,
-    /// The `weir` binary (built with `cargo build --release -p proxy`).
+    /// Give weir a fixed `max_inflight` (default: none, weir finds the app's concurrency).
+    #[arg(long)]
+    weir_max_inflight: Option<usize>,
+    /// Seed of the load's arrivals, users and classes (the same for every contender).
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// The `weir` binary [default: target/release/weir next to this program].
     #[arg(long)]
     weir_bin: Option<PathBuf>,
     /// Where JSON, markdown and SVGs go [default: tests/bench/out in the workspace].
@@ -45,10 +60,38 @@ struct Args {
     out: Option<PathBuf>,
 }
 
+fn parse_app(text: &str) -> anyhow::Result<BackendConfig> {
+    let (workers, ms) = text
+        .split_once('x')
+        .ok_or_else(|| anyhow::anyhow!("app `{text}`: expected WORKERSxMS, e.g. 4x10"))?;
+    Ok(BackendConfig::new(
+        workers.trim().parse()?,
+        Duration::from_secs_f64(ms.trim().parse::<f64>()? / 1000.0),
+    ))
+}
+
+fn parse_mix(text: &str) -> anyhow::Result<Mix> {
+    let parts: Vec<f64> =
+        text.split('/').map(|p| p.trim().parse::<f64>()).collect::<Result<_, _>>()?;
+    let [c, n, b] = parts[..] else { anyhow::bail!("mix `{text}`: expected C/N/B, e.g. 10/30/60") };
+    let total = c + n + b;
+    anyhow::ensure!(total > 0.0, "mix `{text}` is empty");
+    Ok(Mix::new([c / total, n / total, b / total]))
+}
+
+/// The binary built next to this one (same profile), else the workspace's release build.
+fn default_weir_bin(workspace: &std::path::Path) -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.parent().map(|d| d.join("weir")))
+        .filter(|p| p.is_file())
+        .unwrap_or_else(|| workspace.join("target/release/weir"))
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| workspace.join("target/release/weir"));
+    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| default_weir_bin(&workspace));
     let mut contenders = args.contenders.clone();
     if contenders.contains(&Kind::Haproxy) {
         if let Err(e) = contender::require("haproxy") {
@@ -56,51 +99,68 @@ fn main() -> anyhow::Result<()> {
             contenders.retain(|k| *k != Kind::Haproxy);
         }
     }
-    if contenders.iter().any(|k| k.is_weir()) && !weir_bin.is_file() {
-        eprintln!(
-            "skipping weir: {} not found (build it: `cargo build --release -p proxy`)",
+    if !weir_bin.is_file() {
+        anyhow::bail!(
+            "{} not found (build it: `cargo build --release -p proxy`, or pass --weir-bin)",
             weir_bin.display()
         );
-        contenders.retain(|k| !k.is_weir());
     }
-    let (load_secs, warmup, step_phase) = if args.quick { (3, 1, 4) } else { (10, 3, 8) };
+    let mut apps = args.apps.iter().map(|a| parse_app(a)).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut mixes = args.mixes.iter().map(|m| parse_mix(m)).collect::<anyhow::Result<Vec<_>>>()?;
+    for app in &mut apps {
+        app.busy_wait = args.busy_wait;
+        app.cancel_on_disconnect = args.app_cancels;
+    }
+    if args.quick {
+        apps.truncate(1);
+        mixes.truncate(1);
+    }
+    let step_secs = args.step_secs.unwrap_or(if args.quick { 6 } else { 15 });
+    let (load_secs, warmup, adaptive_secs, shift_secs, stall_secs) =
+        if args.quick { (5, 1, 5, 5, 5) } else { (10, 2, 10, 10, 10) };
     let config = ScenarioConfig {
-        backend: BackendConfig {
-            workers: args.workers,
-            service_time: Duration::from_millis(args.service_ms),
-            busy_wait: args.busy_wait,
-            cancel_on_disconnect: args.app_cancels,
+        suites: args.suites.clone(),
+        options: contender::Options {
+            weir_bin,
+            max_inflight: apps.first().map_or(1, |a| a.workers),
+            weir_max_inflight: args.weir_max_inflight,
+            pin_cpu: None,
+            protocol: args.protocol,
+            queue_timeout: Duration::from_millis(500),
         },
+        apps,
+        mixes,
+        step: vec![0.5, 3.0, 0.5],
+        step_phase: Duration::from_secs(step_secs),
         loads: args.loads.clone().unwrap_or_else(|| {
             if args.quick {
-                vec![0.8, 1.5, 3.0, 6.0]
+                vec![0.8, 3.0, 10.0]
             } else {
                 vec![0.8, 1.5, 3.0, 6.0, 10.0]
             }
         }),
         load_duration: Duration::from_secs(load_secs),
         warmup: Duration::from_secs(warmup),
-        step: vec![0.5, 3.0, 0.5],
-        step_phase: Duration::from_secs(step_phase),
+        adaptive_workers: args.adaptive_workers.clone(),
+        adaptive_capacity: 400.0,
+        adaptive_duration: Duration::from_secs(adaptive_secs),
+        shift_phase: Duration::from_secs(shift_secs),
+        shift_load: 0.7,
+        stall_for: Duration::from_secs(stall_secs),
+        stall_load: 0.5,
         contenders,
         protocol: args.protocol,
         deadline: Duration::from_millis(500),
-        queuing_threshold: Duration::from_millis(20),
-        options: contender::Options {
-            weir_bin,
-            max_inflight: args.workers,
-            pin_cpu: None,
-            protocol: args.protocol,
-            queue_timeout: Duration::from_millis(500),
-        },
+        seed: args.seed,
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let started = std::time::Instant::now();
+    let weir_version = weir_version(&config.options.weir_bin);
     let result = runtime.block_on(scenario::run(config, |line| eprintln!("{line}")))?;
     let machine = Machine::probe();
     let markdown = format!(
-        "{}\n{}\nRun took {:.0} s: `{}`\n",
+        "{}- weir: {weir_version}\n\n{}\nRun took {:.0} s: `{}`\n",
         machine.markdown(),
         report::overload_markdown(&result),
         started.elapsed().as_secs_f64(),
@@ -108,11 +168,27 @@ fn main() -> anyhow::Result<()> {
     );
     let out = args.out.clone().unwrap_or_else(|| workspace.join("tests/bench/out"));
     std::fs::create_dir_all(&out)?;
-    let json = serde_json::json!({ "machine": machine, "result": result });
+    let json = serde_json::json!({ "machine": machine, "weir": weir_version, "result": result });
     std::fs::write(out.join("overload.json"), serde_json::to_vec_pretty(&json)?)?;
     std::fs::write(out.join("overload.md"), &markdown)?;
-    weir_harness::plot::write_all(&result, &out)?;
+    let plots = weir_harness::plot::write_all(&result, &out)?;
     println!("{markdown}");
-    eprintln!("wrote {}/overload.{{json,md}}, goodput.svg, classes.svg, step.svg", out.display());
+    eprintln!("wrote {}/overload.{{json,md}} and {}", out.display(), plots.join(", "));
     Ok(())
+}
+
+/// `weir --version` and the binary's modification time, to say which build was measured.
+fn weir_version(bin: &std::path::Path) -> String {
+    let version = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    let built = std::fs::metadata(bin)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or("?".into(), |d| format!("{} (unix)", d.as_secs()));
+    format!("{} {version}, built {built}", bin.display())
 }

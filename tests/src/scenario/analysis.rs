@@ -1,79 +1,189 @@
-//! Reading a step run's per-second series: how long until goodput and queuing settle
-//! after the load jumps, and how long until refusals stop after it falls back.
+//! A step run's figures, read from its per-request log with `weir_workload::analysis`.
 
 use serde::Serialize;
 
-use super::ScenarioConfig;
-use crate::load::{Phase, SecondReport};
+use crate::load::{Ending, Event, Phase};
+use weir_workload::analysis::{self as a, Counts, SettleRule};
 
-/// Seconds a condition must keep holding to count as settled.
-const HOLD_SECS: usize = 3;
+/// Compound levels from here up admit every class the benchmark sends (businesses 0-2).
+pub const LEVEL_ALL_OPEN: u32 = 3 * 128;
+
+/// The margin over the service time the issue allows admitted latency.
+pub const LATENCY_MARGIN_MS: f64 = 40.0;
+
+/// Settled: a 500 ms window serves >= 90% of capacity with admitted p90 <= S + 40 ms.
+pub const SETTLE_MIN_GOODPUT: f64 = 0.9;
+pub const SETTLE_WINDOW_SECS: f64 = 0.5;
+
+/// Recovered: every class keeps >= 99% success from then to the end of the run.
+pub const RECOVERY_MIN_SUCCESS: f64 = 0.99;
 
 #[derive(Clone, Debug, Default, Serialize)]
-pub struct StepAnalysis {
-    /// From the step up to the first whole second from which goodput >= 95% of capacity
-    /// and admitted queuing (mean admitted latency minus service time) < threshold hold
-    /// for [`HOLD_SECS`] seconds (or to the end of the phase). None: never.
-    pub settle_secs: Option<f64>,
-    /// The same, goodput condition only.
-    pub goodput_settle_secs: Option<f64>,
-    /// From the step down to the first second from which under 1% of requests go unserved.
-    pub recover_secs: Option<f64>,
-    /// Mean goodput over the second half of the high phase, as a share of capacity.
-    pub high_phase_goodput_ratio: f64,
+pub struct CountsDoc {
+    pub sent: u64,
+    pub ok: u64,
+    pub refused: u64,
+    pub timed_out: u64,
+    pub errors: u64,
 }
 
-impl StepAnalysis {
-    pub fn of(
-        series: &[SecondReport],
-        phases: &[Phase],
-        capacity: f64,
-        config: &ScenarioConfig,
-    ) -> Self {
-        let [low, high, ..] = phases else { return StepAnalysis::default() };
-        let up = low.duration.as_secs() as usize;
-        let down = up + high.duration.as_secs() as usize;
-        let end =
-            series.len().min(down + phases.get(2).map_or(0, |p| p.duration.as_secs() as usize));
-        let service_ms = config.backend.service_time.as_secs_f64() * 1000.0;
-        let threshold_ms = config.queuing_threshold.as_secs_f64() * 1000.0;
-        let ok = |s: &SecondReport| SecondReport::total(&s.ok) as f64;
-        let goodput_ok = |s: &SecondReport| ok(s) >= 0.95 * capacity;
-        let queue_ok = |s: &SecondReport| ok(s) > 0.0 && s.ok_mean_ms - service_ms < threshold_ms;
-        let high_end = down.min(series.len());
-        let high_phase = series.get(up..high_end).unwrap_or(&[]);
-        let settle = settle_secs(high_phase, |s| goodput_ok(s) && queue_ok(s));
-        let goodput_settle = settle_secs(high_phase, goodput_ok);
-        let recover = settle_secs(series.get(down.min(end)..end).unwrap_or(&[]), |s| {
-            let sent = SecondReport::total(&s.sent).max(1) as f64;
-            (sent - ok(s)) / sent < 0.01
-        });
-        let half = series.get((up + down) / 2..high_end).unwrap_or(&[]);
-        let high_phase_goodput_ratio = if half.is_empty() {
-            0.0
-        } else {
-            half.iter().map(ok).sum::<f64>() / half.len() as f64 / capacity
-        };
-        StepAnalysis {
-            settle_secs: settle,
-            goodput_settle_secs: goodput_settle,
-            recover_secs: recover,
-            high_phase_goodput_ratio,
+impl From<Counts> for CountsDoc {
+    fn from(c: Counts) -> Self {
+        CountsDoc {
+            sent: c.sent,
+            ok: c.ok,
+            refused: c.refused,
+            timed_out: c.timed_out,
+            errors: c.errors,
         }
     }
 }
 
-/// Seconds from the start of `seconds` until `holds` is true for [`HOLD_SECS`] seconds in
-/// a row (or through the end).
-pub fn settle_secs(seconds: &[SecondReport], holds: impl Fn(&SecondReport) -> bool) -> Option<f64> {
-    (0..seconds.len())
-        .find(|&start| {
-            let window = &seconds[start..(start + HOLD_SECS).min(seconds.len())];
-            window.iter().all(&holds)
+/// One class's figures in a step run.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct ClassLine {
+    pub success_high: f64,
+    /// From 2 s after the drop to the end.
+    pub success_after_drop: f64,
+    pub recovery_secs: Option<f64>,
+    pub timeout_share: Option<f64>,
+}
+
+/// What the issue asks of a step, overall and per class.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct StepMetrics {
+    /// From the jump until the cut holds (see [`SettleRule`] with the constants above).
+    pub settle_secs: Option<f64>,
+    /// From the drop until every class keeps >= 99% success.
+    pub recovery_secs: Option<f64>,
+    /// Of everything refused or timed out over the run, the share that timed out.
+    pub timeout_share: Option<f64>,
+    pub refused: u64,
+    pub timed_out: u64,
+    /// Admitted latency from the 2nd second of the spike to its end.
+    pub admitted_p50_ms: Option<f64>,
+    pub admitted_p90_ms: Option<f64>,
+    pub admitted_p99_ms: Option<f64>,
+    /// Served in the high phase, as a share of capacity x its length.
+    pub high_goodput_ratio: f64,
+    pub top_class_success_high: f64,
+    pub classes: Vec<ClassLine>,
+}
+
+impl StepMetrics {
+    /// Lowest per-class success from 2 s after the drop.
+    pub fn worst_after_drop(&self) -> f64 {
+        self.classes.iter().map(|c| c.success_after_drop).fold(1.0, f64::min)
+    }
+}
+
+/// The figures of a low -> high -> low step, from its log.
+pub fn step_metrics(
+    events: &[Event],
+    phases: &[Phase],
+    capacity: f64,
+    service_ms: f64,
+    classes: usize,
+) -> StepMetrics {
+    let [low, high, rest @ ..] = phases else { return StepMetrics::default() };
+    let up = low.duration.as_secs_f64();
+    let down = up + high.duration.as_secs_f64();
+    let end = down + rest.iter().map(|p| p.duration.as_secs_f64()).sum::<f64>();
+    let rule = SettleRule {
+        capacity,
+        min_goodput: SETTLE_MIN_GOODPUT,
+        max_p90_ms: service_ms + LATENCY_MARGIN_MS,
+        window: SETTLE_WINDOW_SECS,
+    };
+    let whole = a::counts(events, 0.0, end, None);
+    let high_counts = a::counts(events, up, down, None);
+    let q = |q: f64| a::admitted_latency_ms(events, (up + 1.0).min(down), down, q);
+    let class_lines = (0..classes)
+        .map(|k| {
+            let k16 = k as u16;
+            ClassLine {
+                success_high: a::counts(events, up, down, Some(k16)).success(),
+                success_after_drop: a::counts(events, down + 2.0, end, Some(k16)).success(),
+                recovery_secs: a::recovery_secs(
+                    events,
+                    down,
+                    end,
+                    classes,
+                    Some(k16),
+                    RECOVERY_MIN_SUCCESS,
+                    1.0,
+                ),
+                timeout_share: a::counts(events, 0.0, end, Some(k16)).timeout_share(),
+            }
         })
-        .map(|s| s as f64)
+        .collect::<Vec<_>>();
+    StepMetrics {
+        settle_secs: a::settle_secs(events, up, down, rule),
+        recovery_secs: a::recovery_secs(
+            events,
+            down,
+            end,
+            classes,
+            None,
+            RECOVERY_MIN_SUCCESS,
+            1.0,
+        ),
+        timeout_share: whole.timeout_share(),
+        refused: whole.refused,
+        timed_out: whole.timed_out,
+        admitted_p50_ms: q(0.5),
+        admitted_p90_ms: q(0.9),
+        admitted_p99_ms: q(0.99),
+        high_goodput_ratio: high_counts.ok as f64 / (capacity * (down - up)).max(1e-9),
+        top_class_success_high: class_lines.first().map_or(1.0, |c| c.success_high),
+        classes: class_lines,
+    }
+}
+
+/// Per class, admitted / refused / timed out in one bucket of the run.
+#[derive(Clone, Debug, Serialize)]
+pub struct TimelineBucket {
+    pub at_secs: f64,
+    pub ok: Vec<u64>,
+    pub refused: Vec<u64>,
+    pub timed_out: Vec<u64>,
+    /// Mean latency of the admitted requests, ms (0 when none).
+    pub ok_mean_ms: f64,
+}
+
+/// Buckets of `width` seconds by scheduled time.
+pub fn timeline(events: &[Event], classes: usize, width: f64) -> Vec<TimelineBucket> {
+    let end = events.iter().map(|e| e.at_secs).fold(0.0, f64::max);
+    let n = (end / width).floor() as usize + 1;
+    let mut buckets: Vec<TimelineBucket> = (0..n)
+        .map(|i| TimelineBucket {
+            at_secs: i as f64 * width,
+            ok: vec![0; classes],
+            refused: vec![0; classes],
+            timed_out: vec![0; classes],
+            ok_mean_ms: 0.0,
+        })
+        .collect();
+    for e in events {
+        let i = ((e.at_secs / width).floor() as usize).min(n - 1);
+        let k = (e.class as usize).min(classes.saturating_sub(1));
+        let b = &mut buckets[i];
+        match e.ending {
+            Ending::Ok => {
+                b.ok[k] += 1;
+                b.ok_mean_ms += e.latency_ms;
+            }
+            Ending::Refused => b.refused[k] += 1,
+            Ending::TimedOut | Ending::Error => b.timed_out[k] += 1,
+        }
+    }
+    for b in &mut buckets {
+        let ok: u64 = b.ok.iter().sum();
+        b.ok_mean_ms = if ok == 0 { 0.0 } else { b.ok_mean_ms / ok as f64 };
+    }
+    buckets
 }
 
 pub fn fmt_secs(secs: Option<f64>) -> String {
-    secs.map_or("never".into(), |s| format!("{s:.0} s"))
+    secs.map_or("never".into(), |s| format!("{s:.1} s"))
 }

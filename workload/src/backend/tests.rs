@@ -58,3 +58,22 @@ async fn reset_drops_backlog() {
     // The fresh generation counts only what arrived after the reset.
     assert!(backend.snapshot().received < report.sent());
 }
+
+#[test]
+fn service_changes_and_stalls_shift_the_finish() {
+    let ms = Duration::from_millis;
+    let mut c = config(4, 10);
+    c.service_changes = vec![
+        ServiceChange { at: ms(10_000), service_time: ms(20) },
+        ServiceChange { at: ms(20_000), service_time: ms(10) },
+    ];
+    assert_eq!(c.service_time_at(ms(9_999)), ms(10));
+    assert_eq!(c.service_time_at(ms(10_000)), ms(20));
+    assert_eq!(c.service_time_at(ms(25_000)), ms(10));
+    c.stall = Some(Stall { from: ms(5_000), to: ms(15_000) });
+    // Before, across the start of, inside and after the stall.
+    assert_eq!(c.finish_after_stall(ms(1_000), ms(1_010)), ms(1_010));
+    assert_eq!(c.finish_after_stall(ms(4_995), ms(5_005)), ms(15_005));
+    assert_eq!(c.finish_after_stall(ms(7_000), ms(7_010)), ms(15_010));
+    assert_eq!(c.finish_after_stall(ms(15_000), ms(15_010)), ms(15_010));
+}

@@ -36,6 +36,28 @@ impl Outcome {
     }
 }
 
+/// How a request ended, without the refusal's reason: what the per-request log keeps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ending {
+    Ok,
+    Refused,
+    TimedOut,
+    Error,
+}
+
+/// One request of the run, for analyses finer than a second (settle and recovery times,
+/// latency quantiles over any span). Times are offsets from the start of the run.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct Event {
+    pub class: u16,
+    /// When it was scheduled to be sent, seconds since the start.
+    pub at_secs: f64,
+    /// From the scheduled send to the answer (or to the client giving up).
+    pub latency_ms: f64,
+    pub ending: Ending,
+}
+
 /// Totals for one class over the steady part of a run (after warmup).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ClassReport {
@@ -87,6 +109,9 @@ pub struct LoadReport {
     pub all_refused_p50_ms: f64,
     pub all_refused_p99_ms: f64,
     pub series: Vec<SecondReport>,
+    /// Every request, in the order they finished (not serialised: it can be large).
+    #[serde(skip)]
+    pub events: Vec<Event>,
 }
 
 impl LoadReport {
@@ -119,6 +144,7 @@ struct State {
     classes: Vec<ClassState>,
     series: Vec<SecondReport>,
     ok_latency_sum_us: Vec<u64>,
+    events: Vec<Event>,
 }
 
 pub struct Recorder {
@@ -151,6 +177,7 @@ impl Recorder {
             classes,
             series: Vec::new(),
             ok_latency_sum_us: Vec::new(),
+            events: Vec::new(),
         };
         Recorder {
             warmup: spec.warmup,
@@ -193,6 +220,18 @@ impl Recorder {
         if outcome == Outcome::Ok {
             state.ok_latency_sum_us[second] += latency_us;
         }
+        let ending = match outcome {
+            Outcome::Ok => Ending::Ok,
+            Outcome::Refused(_) => Ending::Refused,
+            Outcome::TimedOut => Ending::TimedOut,
+            Outcome::Error => Ending::Error,
+        };
+        state.events.push(Event {
+            class: class as u16,
+            at_secs: offset.as_secs_f64(),
+            latency_ms: latency_us as f64 / 1000.0,
+            ending,
+        });
         if offset >= self.warmup {
             state.classes[class].record(latency_us, outcome);
         }
@@ -225,6 +264,7 @@ impl Recorder {
             all_refused_p50_ms: ms(&all_refused, 0.5),
             all_refused_p99_ms: ms(&all_refused, 0.99),
             series: finish_series(&state),
+            events: state.events.clone(),
         }
     }
 }
