@@ -30,6 +30,12 @@ pub enum Law {
     /// settles in ~3 windows where dagor takes ~20-30 (see `examples/simulate`), but behind
     /// the real sidecar it lost 5-9% goodput against dagor, so it is opt-in.
     Goodput,
+    /// Admits what the app completes: aims the level straight at the app's completion
+    /// rate measured while weir's queue was busy (minus what drains the excess backlog
+    /// within about a window), closes a window early when the queue grows fast so a spike
+    /// is cut within `early_close_after` or two, sits at that rate inside the hysteresis
+    /// band, and re-opens to the completion rate as soon as the queue is short again.
+    Capacity,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -58,6 +64,12 @@ pub struct EngineConfig {
     /// above the threshold already makes it aim below capacity until the backlog drains.
     pub trim: f64,
     pub mode: Mode,
+    /// A window may close this early (not before) when the queue grows fast: the
+    /// queuing signal (mean wait so far, or the oldest waiter's age) is above the
+    /// threshold while not yet overloaded, or above eight times it while overloaded.
+    /// Zero turns early closes off.
+    #[serde(with = "humantime_serde")]
+    pub early_close_after: Duration,
 }
 
 impl Default for EngineConfig {
@@ -72,6 +84,7 @@ impl Default for EngineConfig {
             beta: 0.01,
             trim: 0.0,
             mode: Mode::Enforce,
+            early_close_after: Duration::from_millis(100),
         }
     }
 }
@@ -107,6 +120,9 @@ impl EngineConfig {
         }
         if !(self.beta > 0.0 && self.beta < 1.0) {
             bad("beta", "must be in (0, 1)");
+        }
+        if self.early_close_after >= self.window && !self.early_close_after.is_zero() {
+            bad("early_close_after", "must be shorter than window (or 0 for off)");
         }
         if !(self.trim >= 0.0 && self.trim < 0.5) {
             bad("trim", "must be in [0, 0.5)");

@@ -22,6 +22,51 @@ pub struct WindowSummary {
     pub dropped: u64,
     /// Mean time those requests waited in the queue, in nanoseconds.
     pub mean_queuing_ns: u64,
+    /// Responses the app completed in the window (response headers received).
+    pub completed: u64,
+    /// The age of the oldest request still waiting when the window closed, in
+    /// nanoseconds: a stalled app lets nothing leave the queue, so without it a stall
+    /// would look like an idle window.
+    pub oldest_waiting_ns: u64,
+    /// Requests waiting in the queue when the window closed.
+    pub queue_depth: u64,
+    /// Closed before its time because the queue grew fast.
+    pub early: bool,
+    /// How long in the window the pending queue was non-empty (the app busy throughout,
+    /// its in-flight limit full), as seen by `observe_queue`, and how many responses the
+    /// app completed meanwhile: the app's capacity is their ratio.
+    pub busy_ns: u64,
+    pub busy_completed: u64,
+}
+
+impl WindowSummary {
+    /// What the detector compares with its thresholds: the mean wait of the requests that
+    /// left the queue, or the age of the oldest one still in it if that is longer.
+    ///
+    /// Requests still waiting are samples too, censored: each counts as half the oldest
+    /// one's age. In a stall (nothing leaves, the queue grows) they dominate and the
+    /// window reads overloaded; in normal operation a few waiters among hundreds of
+    /// dispatched requests barely move the mean.
+    pub fn queuing_signal_ns(&self) -> u64 {
+        queuing_signal_ns(
+            self.dispatched,
+            self.mean_queuing_ns,
+            self.queue_depth,
+            self.oldest_waiting_ns,
+        )
+    }
+}
+
+/// The mean wait over `dispatched` requests (mean `mean_ns`) and `waiting` requests still
+/// queued, each counted as half the age of the oldest (`oldest_ns`).
+pub fn queuing_signal_ns(dispatched: u64, mean_ns: u64, waiting: u64, oldest_ns: u64) -> u64 {
+    let waiting = if oldest_ns == 0 { 0 } else { waiting.max(1) };
+    let n = dispatched + waiting;
+    if n == 0 {
+        return 0;
+    }
+    let sum = dispatched as u128 * mean_ns as u128 + waiting as u128 * (oldest_ns / 2) as u128;
+    (sum / n as u128) as u64
 }
 
 /// The detector's verdict on a window.
@@ -60,20 +105,21 @@ impl OverloadDetector {
     }
 
     pub fn observe(&mut self, w: &WindowSummary) -> Zone {
-        if w.dispatched == 0 {
-            // Nothing left the queue: with admitted work that means the app is stuck, so
-            // hold; with no work at all there is nothing to protect, so relax.
-            return if w.admitted > 0 {
+        let signal = w.queuing_signal_ns();
+        if w.dispatched == 0 && signal <= self.enter_ns {
+            // Nothing left the queue and nobody has waited long: with admitted work the
+            // app may be slow to start, so hold; with no work at all, relax.
+            return if w.admitted > 0 || w.queue_depth > 0 {
                 Zone::Hold
             } else {
                 self.overloaded = false;
                 Zone::Relax
             };
         }
-        if w.mean_queuing_ns > self.enter_ns {
+        if signal > self.enter_ns {
             self.overloaded = true;
             Zone::Cut
-        } else if w.mean_queuing_ns > self.exit_ns {
+        } else if signal > self.exit_ns {
             Zone::Hold
         } else {
             self.overloaded = false;
@@ -97,6 +143,8 @@ pub struct Controller {
     /// Whether that figure was measured saturated, or is only a lower bound seen while
     /// the app had spare room (which a first saturated window replaces outright).
     capacity_measured: bool,
+    /// The nominal window, seconds: the capacity law drains excess backlog over it.
+    window_secs: f64,
 }
 
 impl Controller {
@@ -109,10 +157,11 @@ impl Controller {
             exit_ns: config.queuing_exit_threshold.as_nanos() as u64,
             capacity_per_sec: None,
             capacity_measured: false,
+            window_secs: config.window.as_secs_f64().max(1e-3),
         }
     }
 
-    /// The goodput law's current capacity estimate, requests per second.
+    /// The capacity estimate of the goodput and capacity laws, requests per second.
     pub fn capacity_estimate(&self) -> Option<f64> {
         self.capacity_per_sec
     }
@@ -126,7 +175,39 @@ impl Controller {
         histogram: &[u32],
     ) -> AdmissionLevel {
         debug_assert_eq!(histogram.len(), COMPOUND_LEVELS);
+        if w.arrivals == 0 {
+            // Nothing arrived: the histogram says nothing about who to admit, and a walk
+            // over it would find no bucket and land on the most important level (refusing
+            // everyone). A stall is still seen (the detector's verdict stands), it just
+            // cannot move a level chosen by the last window that saw traffic.
+            if self.law == Law::Capacity {
+                self.observe_completions(zone, w);
+            }
+            return current;
+        }
         let target = match self.law {
+            Law::Capacity => match self.capacity_target(zone, w) {
+                Some(target) => {
+                    let proposed = level_for_target(histogram, target);
+                    return match zone {
+                        // A cut opens only if the backlog is gone already (the long waits
+                        // were the spike's, now drained); it needs no forced step: the
+                        // target already is what the app completes, and one long wait in
+                        // a quiet window (target above all arrivals) must not refuse anyone.
+                        Zone::Cut if w.queue_depth > 0 => proposed.min(current),
+                        Zone::Cut => proposed,
+                        // Sit at what the app completes; a level already within a few
+                        // percent of it stays, so histogram noise does not move it.
+                        Zone::Hold if near(w.admitted as f64, target) => current,
+                        Zone::Hold => proposed,
+                        // Short queue: at least what the app completes, and one more
+                        // bucket than now (a probe, in case the app got faster).
+                        Zone::Relax if proposed <= current => step_above(histogram, current),
+                        Zone::Relax => proposed,
+                    };
+                }
+                None => return current,
+            },
             Law::Dagor => match zone {
                 Zone::Cut => (1.0 - self.alpha) * w.admitted as f64,
                 Zone::Hold => return current,
@@ -162,6 +243,76 @@ impl Controller {
     }
 }
 
+// === impl Controller (capacity law) ===
+
+/// How far under the measured completion rate the capacity law aims.
+const CAPACITY_MARGIN: f64 = 0.0;
+/// Inside the hysteresis band, the capacity law keeps a level that admits within this
+/// fraction of its target.
+const HOLD_BAND: f64 = 0.05;
+
+impl Controller {
+    /// The capacity law's target, in arrivals of this window: the app's completion rate
+    /// over the window's length, less (when cutting) the backlog above what the exit
+    /// threshold allows, drained over about one nominal window and never more than half
+    /// the rate. `None` before any completion was seen (nothing to aim at: hold).
+    fn capacity_target(&mut self, zone: Zone, w: &WindowSummary) -> Option<f64> {
+        // Aim a little under the app's rate: admitting exactly what it completes is a
+        // queue at utilisation 1, which under Poisson arrivals drifts without bound.
+        let cap = self.observe_completions(zone, w)? * (1.0 - CAPACITY_MARGIN);
+        let per_window = cap * secs(w);
+        Some(match zone {
+            Zone::Cut => {
+                let allowed = cap * 4.0 * self.exit_ns as f64 / 1e9;
+                let excess = (w.queue_depth as f64 - allowed).max(0.0);
+                let drain_rate = (excess / self.window_secs).min(0.5 * cap);
+                (cap - drain_rate) * secs(w)
+            }
+            Zone::Hold => per_window,
+            Zone::Relax => per_window.max((1.0 + self.beta) * w.admitted as f64),
+        })
+    }
+
+    /// Updates the capacity estimate from a window's completions. While the queue was
+    /// non-empty the app was busy: its completion rate then *is* the capacity (averaged
+    /// with the last one) if that was at least a quarter of the window. Any other window
+    /// only proves a lower bound. A window with no completions says nothing (a stall must not zero
+    /// the estimate, or the level would take long to re-open after it).
+    fn observe_completions(&mut self, _zone: Zone, w: &WindowSummary) -> Option<f64> {
+        if w.completed == 0 {
+            return self.capacity_per_sec;
+        }
+        // Saturated: the queue was non-empty for a good part of the window, so the app
+        // was busy then; its rate over that time is its capacity.
+        let saturated = w.busy_ns * 4 >= w.duration_ns && w.busy_completed > 0;
+        let rate = if saturated {
+            w.busy_completed as f64 / (w.busy_ns as f64 / 1e9)
+        } else if w.busy_ns == 0 && w.queue_depth == 0 && w.admitted < w.arrivals {
+            // The level refused requests, yet the queue never held any: the app took all
+            // it was given, so the level (not the app) set this rate. Probe a quarter
+            // higher; a window that finds the queue busy measures the real figure.
+            1.25 * w.completed as f64 / secs(w)
+        } else {
+            w.completed as f64 / secs(w)
+        };
+        self.capacity_per_sec = Some(match self.capacity_per_sec {
+            // A step change (the app got much slower or faster) replaces the estimate;
+            // within a quarter of it, the two average out noise.
+            Some(old)
+                if saturated && self.capacity_measured && (rate - old).abs() <= 0.25 * old =>
+            {
+                0.5 * old + 0.5 * rate
+            }
+            // Far lower: at most halve per window (one odd window must not crash it).
+            Some(old) if saturated && self.capacity_measured && rate < old => rate.max(0.5 * old),
+            Some(old) if !saturated => old.max(rate),
+            _ => rate,
+        });
+        self.capacity_measured |= saturated;
+        self.capacity_per_sec
+    }
+}
+
 // === impl Controller (goodput law) ===
 
 impl Controller {
@@ -184,6 +335,11 @@ impl Controller {
         self.capacity_measured |= saturated;
         self.capacity_per_sec
     }
+}
+
+/// Within the capacity law's dead band of the target.
+fn near(admitted: f64, target: f64) -> bool {
+    (admitted - target).abs() <= HOLD_BAND * target
 }
 
 fn secs(w: &WindowSummary) -> f64 {

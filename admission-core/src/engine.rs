@@ -9,8 +9,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::clock::{Clock, MonotonicClock, Nanos};
-use crate::config::{EngineConfig, Mode};
-use crate::controller::{Controller, OverloadDetector, WindowSummary};
+use crate::config::{EngineConfig, Law, Mode};
+use crate::controller::{queuing_signal_ns, Controller, OverloadDetector, WindowSummary};
 use crate::priority::{AdmissionLevel, Priority, COMPOUND_LEVELS};
 
 /// The outcome of [`AdmissionEngine::admit`].
@@ -32,7 +32,7 @@ pub struct EngineStatus {
     /// The last closed window, if any.
     pub last_window: Option<WindowSummary>,
     pub windows_closed: u64,
-    /// Goodput law only: estimated app capacity in requests per second.
+    /// Goodput and capacity laws: estimated app capacity in requests per second.
     pub capacity_per_sec: Option<f64>,
 }
 
@@ -52,6 +52,19 @@ struct RolloverState {
     scratch_classes: Box<[bool]>,
     last: Option<WindowSummary>,
     windows_closed: u64,
+}
+
+/// Time with a non-empty queue and the completions in it, between queue observations.
+#[derive(Default)]
+struct BusyClock {
+    last_at: Nanos,
+    last_depth: u64,
+    last_completed: u64,
+    /// Completions counted since the window opened, as of `last_at`.
+    busy_ns: u64,
+    busy_completed: u64,
+    /// Since when the queue has been empty, and the window's completion count then.
+    empty_since: Option<(Nanos, u64)>,
 }
 
 /// `record_queuing` checks the window's age on every this-many-th sample of a shard.
@@ -74,6 +87,19 @@ pub struct AdmissionEngine<C: Clock = MonotonicClock> {
     queuing_count: Padded<AtomicU32>,
     count_batch: u64,
     dropped: Padded<AtomicU32>,
+    /// Responses the app completed this window.
+    completed: Padded<AtomicU64>,
+    /// The queue as last reported by [`Self::observe_queue`]: depth and the age of the
+    /// oldest waiter in nanoseconds (both 0 when empty).
+    queue_depth: AtomicU64,
+    oldest_waiting_ns: AtomicU64,
+    /// Busy-time accounting between `observe_queue` calls (only that caller writes).
+    busy: Mutex<BusyClock>,
+    /// Earliest window age at which a fast-growing queue closes the window; 0 = never.
+    early_close_ns: u64,
+    enter_ns: u64,
+    /// The controller's capacity estimate (f64 bits; 0 = none), for the early re-open.
+    capacity_bits: AtomicU64,
     window_start: AtomicU64,
     rollover: Mutex<RolloverState>,
 }
@@ -106,6 +132,18 @@ impl<C: Clock> AdmissionEngine<C> {
             queuing_count: Padded(AtomicU32::new(0)),
             count_batch,
             dropped: Padded(AtomicU32::new(0)),
+            completed: Padded(AtomicU64::new(0)),
+            queue_depth: AtomicU64::new(0),
+            busy: Mutex::new(BusyClock { last_at: start, ..BusyClock::default() }),
+            oldest_waiting_ns: AtomicU64::new(0),
+            // Early closes change the window length the paper's law was tuned for: only
+            // the capacity law, which works in rates, uses them.
+            early_close_ns: match config.law {
+                Law::Capacity => config.early_close_after.as_nanos() as u64,
+                Law::Dagor | Law::Goodput => 0,
+            },
+            enter_ns: config.queuing_threshold.as_nanos() as u64,
+            capacity_bits: AtomicU64::new(0),
             window_start: AtomicU64::new(start),
             rollover: Mutex::new(RolloverState {
                 detector: OverloadDetector::new(config),
@@ -153,7 +191,7 @@ impl<C: Clock> AdmissionEngine<C> {
         let n = self.queuing_count.0.fetch_add(self.count_batch as u32, Relaxed) as u64
             + self.count_batch;
         if n >= self.window_requests as u64 {
-            self.try_rollover(self.clock.now());
+            self.try_rollover(self.clock.now(), false);
         } else if local % TIME_CHECK_EVERY == 0 {
             // Reading the clock costs as much as the rest of the call; the 50 ms timer
             // closes windows on time, this only backs it up.
@@ -169,14 +207,102 @@ impl<C: Clock> AdmissionEngine<C> {
         self.dropped.0.fetch_add(1, Relaxed);
     }
 
+    /// Call when the app answered a request (its response headers arrived): the capacity
+    /// law aims at what the app completes, not at what left the queue.
+    #[inline]
+    pub fn record_completion(&self) {
+        self.completed.0.fetch_add(1, Relaxed);
+    }
+
     /// Closes the window if its time is up. Call it from a timer too, so windows close
     /// even when no request completes.
     #[inline]
     pub fn tick(&self) {
         let now = self.clock.now();
         if now.saturating_sub(self.window_start.load(Relaxed)) >= self.window_ns {
-            self.try_rollover(now);
+            self.try_rollover(now, false);
         }
+    }
+
+    /// Reports the pending queue: how many wait and how long the oldest has waited
+    /// (`Duration::ZERO` when empty). Call it from the same timer as [`Self::tick`]
+    /// (it ticks too). The oldest waiter's age counts in the window's queuing signal, so
+    /// a stalled app, from which nothing leaves the queue, is seen as overloaded; and
+    /// with the capacity law a queue that grows fast closes the window early, so a spike
+    /// is cut within `early_close_after` instead of a whole window.
+    pub fn observe_queue(&self, depth: usize, oldest_waiting: Duration) {
+        let oldest = oldest_waiting.as_nanos().min(u64::MAX as u128) as u64;
+        self.queue_depth.store(depth as u64, Relaxed);
+        self.oldest_waiting_ns.store(oldest, Relaxed);
+        let now = self.clock.now();
+        {
+            let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+            // The window's completion count so far (the rollover resets it, and the busy
+            // totals with it): a queue that was non-empty at the last observation kept
+            // the app busy until now.
+            let completed = self.completed.0.load(Relaxed);
+            // Non-empty at both ends: busy throughout, as far as the timer can tell.
+            if busy.last_depth > 0 && depth > 0 {
+                busy.busy_ns += now.saturating_sub(busy.last_at);
+                busy.busy_completed += completed.saturating_sub(busy.last_completed);
+            }
+            busy.last_at = now;
+            busy.last_depth = depth as u64;
+            busy.last_completed = completed;
+            busy.empty_since = match (depth, busy.empty_since) {
+                (0, None) => Some((now, completed)),
+                (0, since) => since,
+                _ => None,
+            };
+        }
+        let age = now.saturating_sub(self.window_start.load(Relaxed));
+        if age >= self.window_ns {
+            self.try_rollover(now, false);
+        } else if self.early_close_ns > 0 && age >= self.early_close_ns {
+            let (n, mean) = self.running_queuing();
+            let signal = queuing_signal_ns(n, mean, depth as u64, oldest);
+            let overloaded = self.overloaded.load(Relaxed);
+            // Not yet overloaded: the spike has started. Already overloaded: only a queue
+            // far past the threshold (a second spike on top of the first) is worth a short
+            // window; otherwise full windows keep the histogram fine enough for the 1-pp
+            // dial.
+            if signal > self.enter_ns && (!overloaded || signal > 8 * self.enter_ns) {
+                self.try_rollover(now, true);
+            } else if self.app_has_room(now, age, depth) {
+                // The other way: the level is cut, yet the queue stayed empty and the app
+                // completes well under its capacity. The load has dropped: re-open now
+                // rather than at the end of a window that began in the spike.
+                self.try_rollover(now, true);
+            }
+        }
+    }
+
+    /// Early re-open condition: the level is cut, yet the queue has been empty for two
+    /// early-close periods (and the window is at least that old), while the app completed
+    /// under 80% of its capacity estimate.
+    fn app_has_room(&self, now: Nanos, age: u64, depth: usize) -> bool {
+        let min = 2 * self.early_close_ns;
+        if depth > 0 || age < min || self.level() == AdmissionLevel::FULLY_OPEN {
+            return false;
+        }
+        let capacity = f64::from_bits(self.capacity_bits.load(Relaxed));
+        let busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+        let Some((since, completed_then)) = busy.empty_since else { return false };
+        let empty_for = now.saturating_sub(since);
+        let completed = self.completed.0.load(Relaxed).saturating_sub(completed_then);
+        empty_for >= min
+            && capacity > 0.0
+            && (completed as f64) < 0.8 * capacity * empty_for as f64 / 1e9
+    }
+
+    /// This window's queuing samples so far and their mean wait in nanoseconds (the
+    /// shards are read, not taken).
+    fn running_queuing(&self) -> (u64, u64) {
+        let (n, us) = self.queuing.iter().fold((0u64, 0u64), |(n, us), s| {
+            let (dn, dus) = s.peek();
+            (n + dn, us + dus)
+        });
+        (n, (us * 1_000).checked_div(n).unwrap_or(0))
     }
 
     #[inline]
@@ -205,12 +331,14 @@ impl<C: Clock> AdmissionEngine<C> {
     }
 
     #[cold]
-    fn try_rollover(&self, now: Nanos) {
+    fn try_rollover(&self, now: Nanos, early: bool) {
         // Whoever loses the race just carries on: the winner closes the window.
         let Ok(mut state) = self.rollover.try_lock() else { return };
         let start = self.window_start.load(Relaxed);
         let count_now = self.queuing_count.0.load(Relaxed);
-        if now.saturating_sub(start) < self.window_ns && count_now < self.window_requests {
+        let due = now.saturating_sub(start) >= self.window_ns || count_now >= self.window_requests;
+        let early_due = early && now.saturating_sub(start) >= self.early_close_ns;
+        if !(due || early_due) {
             return; // another caller closed it just before us
         }
         let old = self.active.fetch_xor(1, AcqRel);
@@ -229,6 +357,20 @@ impl<C: Clock> AdmissionEngine<C> {
             sum_us += us;
         }
         let dropped = (self.dropped.0.swap(0, Relaxed) as u64).min(dispatched);
+        let completed = self.completed.0.swap(0, Relaxed);
+        let (busy_ns, busy_completed) = {
+            let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
+            let taken = (busy.busy_ns, busy.busy_completed);
+            busy.busy_ns = 0;
+            busy.busy_completed = 0;
+            // The counts restart with the window: so does the busy clock.
+            busy.last_completed = 0;
+            busy.last_at = now;
+            if let Some(since) = busy.empty_since.as_mut() {
+                *since = (now, 0);
+            }
+            taken
+        };
         let summary = WindowSummary {
             duration_ns: now.saturating_sub(start).max(1),
             arrivals,
@@ -236,10 +378,18 @@ impl<C: Clock> AdmissionEngine<C> {
             dispatched,
             dropped,
             mean_queuing_ns: (sum_us * 1_000).checked_div(dispatched).unwrap_or(0),
+            completed,
+            busy_ns,
+            busy_completed,
+            oldest_waiting_ns: self.oldest_waiting_ns.load(Relaxed),
+            queue_depth: self.queue_depth.load(Relaxed),
+            early: !due,
         };
         let zone = state.detector.observe(&summary);
         let next = state.controller.next_level(self.level(), zone, &summary, &state.scratch);
         self.level.store(next.compound(), Relaxed);
+        let capacity = state.controller.capacity_estimate().unwrap_or(0.0);
+        self.capacity_bits.store(capacity.to_bits(), Relaxed);
         self.overloaded.store(state.detector.overloaded(), Relaxed);
         state.last = Some(summary);
         state.windows_closed += 1;

@@ -4,12 +4,14 @@
 //! - [`user_hash`]: the keyed, periodically re-keyed user-priority hash.
 //! - [`engine`]: the hot path (`admit`, `record_queuing`) and window rollover.
 //! - [`controller`]: the overload detector and the control laws.
-//! - [`gate`]: the residence-time gate at dequeue.
+//! - [`gate`]: the deadline gate (door, wait, dequeue) and the residence-time gate.
+//! - [`adaptive_limit`]: the in-flight limit found from the app's own response times.
 //! - [`audit`]: per-class outcome counters and the priority-inflation findings.
 //! - [`size_grade`]: content-length grade with fine sub-steps for requests with no action.
 //! - [`table`]: the priority table (rules -> business priority).
 //! - [`clock`]: injectable clocks.
 
+pub mod adaptive_limit;
 pub mod audit;
 pub mod clock;
 pub mod config;
@@ -21,11 +23,15 @@ pub mod size_grade;
 pub mod table;
 pub mod user_hash;
 
+pub use adaptive_limit::{AdaptiveLimit, AdaptiveLimitConfig, LimitStatus};
 pub use clock::{Clock, ManualClock, MonotonicClock, Nanos};
 pub use config::{EngineConfig, Law, Mode};
 pub use controller::{Controller, OverloadDetector, WindowSummary, Zone};
 pub use engine::{AdmissionEngine, Decision, EngineStatus};
-pub use gate::{residence_gate, GateDecision};
+pub use gate::{
+    deadline_gate, expected_wait, give_up_at, residence_gate, DeadlineCheck, GateDecision, Stage,
+    Verdict,
+};
 pub use priority::{AdmissionLevel, HeaderValueError, Priority};
 pub use table::FieldError;
 pub use user_hash::UserPriorityHasher;

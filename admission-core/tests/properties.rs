@@ -15,7 +15,7 @@ fn priority() -> impl Strategy<Value = Priority> {
 }
 
 fn law() -> impl Strategy<Value = Law> {
-    prop_oneof![Just(Law::Dagor), Just(Law::Goodput)]
+    prop_oneof![Just(Law::Dagor), Just(Law::Goodput), Just(Law::Capacity)]
 }
 
 /// One simulated window: arrivals at a few priorities, dispatches with a wait.
@@ -101,6 +101,7 @@ proptest! {
             dispatched,
             dropped: 0,
             mean_queuing_ns: mean_queuing_ms * 1_000_000,
+            ..WindowSummary::default()
         };
         let mut c = Controller::new(&EngineConfig { law, ..EngineConfig::default() });
         let next = c.next_level(current, zone, &w, &h);

@@ -1,17 +1,28 @@
 //! A deterministic discrete-event simulation of one sidecar in front of one app, driven
-//! through the real [`AdmissionEngine`] on a [`ManualClock`]. Shared by the `simulate`
-//! example and the tests in `tests/simulation.rs`; no I/O here.
+//! through the real [`AdmissionEngine`], [`AdaptiveLimit`] and [`deadline_gate`] on a
+//! [`ManualClock`]. Shared by the `simulate` example and the tests in
+//! `tests/simulation.rs`; no I/O here.
 //!
 //! Model: Poisson arrivals (a mix of business classes, user ids hashed by the real
-//! [`UserPriorityHasher`]) -> `admit` -> unbounded FIFO -> `W` workers of fixed service
-//! time `S`. At dequeue the request's wait goes to `record_queuing` and the residence
-//! gate drops anything past its deadline or the task timeout. A 50 ms timer calls `tick`.
+//! [`UserPriorityHasher`]) -> `admit` -> the door (expected wait against the budget) ->
+//! the sidecar's priority-ordered pending queue (a waiter gives up when its budget no
+//! longer covers the app's typical time) -> the in-flight limit (fixed, or adaptive)
+//! -> the app: its own unbounded FIFO queue in front of `W` workers of service time `S`
+//! (which may change mid-run, or stall). The residence gate runs at dequeue. A 50 ms
+//! timer reports the queue to the engine, ticks it and ticks the adaptive limit.
+//!
+//! Every request has a client timeout (its deadline, 500 ms). An outcome that reaches
+//! the client after it counts as a timeout, whatever it was.
 
-use std::collections::VecDeque;
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
 use std::time::Duration;
 
+use admission_core::adaptive_limit::{AdaptiveLimit, AdaptiveLimitConfig};
+use admission_core::gate::{deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage};
+use admission_core::priority::COMPOUND_LEVELS;
 use admission_core::{
-    residence_gate, AdmissionEngine, Decision, EngineConfig, GateDecision, ManualClock, Priority,
+    AdmissionEngine, AdmissionLevel, Decision, EngineConfig, ManualClock, Priority,
     UserPriorityHasher,
 };
 use rand::rngs::StdRng;
@@ -20,6 +31,17 @@ use rand_distr::{Distribution, Exp};
 use serde::Serialize;
 
 const SEC: u64 = 1_000_000_000;
+const MS: u64 = 1_000_000;
+/// The trace's resolution.
+const TRACE_NS: u64 = 100 * MS;
+
+/// How many requests the app gets at once.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Inflight {
+    Fixed(usize),
+    /// Adaptive, up to this ceiling.
+    Adaptive(usize),
+}
 
 #[derive(Debug, Clone)]
 pub struct SimConfig {
@@ -28,33 +50,53 @@ pub struct SimConfig {
     /// Offered load as multiples of capacity, one phase each, equal lengths.
     pub phases: Vec<f64>,
     pub seconds: u32,
-    /// Equal shares of business classes `0..classes`.
-    pub classes: u8,
+    /// Share of each business class `0..`, most important first (normalised).
+    pub mix: Vec<f64>,
     pub users: u32,
     pub seed: u64,
+    /// Client timeout and task timeout.
     pub task_timeout: Duration,
     pub tick: Duration,
     pub engine: EngineConfig,
+    pub inflight: Inflight,
+    /// Refuse at the door when the expected wait exceeds the budget.
+    pub door: bool,
+    /// Refuse a waiter once its budget no longer covers the app's time (else: at dequeue).
+    pub give_up: bool,
+    /// Under overload, drop a waiter older than this at dequeue if nothing less important
+    /// waits (zero = off).
+    pub overload_max_wait: Duration,
+    /// `(from second, to second, factor)`: the service time is multiplied meanwhile.
+    pub slowdown: Option<(u32, u32, f64)>,
+    /// `(from ms, for ms)`: the app answers nothing meanwhile.
+    pub stall: Option<(u64, u64)>,
 }
 
 impl Default for SimConfig {
     fn default() -> Self {
         SimConfig {
-            workers: 32,
+            workers: 4,
             service: Duration::from_millis(10),
             phases: vec![3.0],
             seconds: 60,
-            classes: 3,
+            mix: vec![1.0, 1.0, 1.0],
             users: 10_000,
             seed: 1,
             task_timeout: Duration::from_millis(500),
             tick: Duration::from_millis(50),
             engine: EngineConfig::default(),
+            inflight: Inflight::Adaptive(256),
+            door: true,
+            give_up: true,
+            overload_max_wait: Duration::from_millis(100),
+            slowdown: None,
+            stall: None,
         }
     }
 }
 
 impl SimConfig {
+    /// The app's nominal capacity, requests per second.
     pub fn capacity_per_sec(&self) -> f64 {
         self.workers as f64 * SEC as f64 / self.service.as_nanos() as f64
     }
@@ -72,49 +114,108 @@ impl SimConfig {
         let last_phase_start = self.phase_len() * (self.phases.len() - 1);
         (last_phase_start + self.phase_len() / 2).min(self.seconds.saturating_sub(1) as usize)
     }
+
+    fn service_ns_at(&self, now: u64) -> u64 {
+        let base = self.service.as_nanos() as u64;
+        match self.slowdown {
+            Some((from, to, f)) if now >= from as u64 * SEC && now < to as u64 * SEC => {
+                (base as f64 * f) as u64
+            }
+            _ => base,
+        }
+    }
+
+    fn classes(&self) -> usize {
+        self.mix.len().max(1)
+    }
 }
 
-/// One second of simulated time.
+/// One second of simulated time, by arrival (outcomes) or by event time (the rest).
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct WindowReport {
     pub second: u32,
     pub load: f64,
     pub offered: u64,
     pub admitted: u64,
-    /// Served within the request's deadline.
+    /// Answered by the app within the request's deadline (by completion time).
     pub completed: u64,
     pub gate_dropped: u64,
     pub mean_queuing_ms: f64,
     pub level: String,
     pub overloaded: bool,
-    /// The engine's capacity estimate (goodput law), requests per second.
     pub capacity_estimate: Option<f64>,
+    pub inflight_limit: usize,
+    /// Per class, of the requests that arrived this second: served in time / offered.
+    pub class_success: Vec<f64>,
     #[serde(skip)]
     queuing_sum_ns: u64,
     #[serde(skip)]
     queuing_count: u64,
+    #[serde(skip)]
+    class_offered: Vec<u64>,
+    #[serde(skip)]
+    class_ok: Vec<u64>,
 }
 
-/// Steady-period counts of one business class.
+/// The state every 100 ms, for plots.
+#[derive(Debug, Clone, Serialize)]
+pub struct TracePoint {
+    pub ms: u64,
+    /// Compound admission level (32767 = fully open).
+    pub level: u16,
+    pub inflight_limit: usize,
+    pub queue_depth: usize,
+    pub oldest_wait_ms: f64,
+    pub overloaded: bool,
+}
+
+/// One business class over a period.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct ClassReport {
     pub business: u8,
     pub offered: u64,
     pub completed: u64,
     pub success: f64,
-    /// This class's own offered load over capacity in the steady period.
+    /// This class's own offered load over capacity.
     pub load: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+}
+
+/// One load phase, counted by arrival.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PhaseReport {
+    pub load: f64,
+    pub from_second: u32,
+    /// Served in time over what the app can do in the phase (or what was offered, if less).
+    pub goodput_ratio: f64,
+    /// Refusals (of any kind) and timeouts, over offered.
+    pub refused_fraction: f64,
+    /// Of all refusals and timeouts, the share the client saw as a timeout.
+    pub timeout_share: f64,
+    /// Admitted (served) latency, arrival to answer, from the 2nd second of the phase on.
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    /// From the phase start until the level first cut (the first refusal by level), ms.
+    pub first_cut_ms: Option<u64>,
+    /// From the phase start until every class is at >= 99% success in every later
+    /// second of the phase (by arrival); `None` if never.
+    pub recovered_after_s: Option<u32>,
+    pub classes: Vec<ClassReport>,
 }
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
     pub law: String,
+    pub inflight: String,
     pub capacity_per_sec: f64,
     pub phases: Vec<f64>,
     /// First second of the steady period the ratios below are measured over.
     pub steady_from: u32,
     pub goodput_ratio: f64,
-    /// Refused at admission plus dropped at the gate, over offered.
+    /// Refused (any way) plus timed out, over offered, in the steady period.
     pub shed_fraction: f64,
     pub ideal_shed_fraction: f64,
     pub shed_error_pp: f64,
@@ -125,15 +226,91 @@ pub struct Summary {
     /// The same over the second half of each phase.
     pub phase_oscillation: Vec<f64>,
     pub mean_queuing_ms: f64,
+    /// Steady period, per class.
     pub classes: Vec<ClassReport>,
+    pub phase_reports: Vec<PhaseReport>,
+    /// The in-flight limit at the end of each phase.
+    pub phase_end_limit: Vec<usize>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub windows: Vec<WindowReport>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub trace: Vec<TracePoint>,
 }
 
-struct Queued {
+#[derive(Debug, Clone, Copy)]
+struct Request {
     arrival: u64,
     deadline: u64,
     class: u8,
+    compound: u16,
+}
+
+/// How one request ended.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum End {
+    /// Answered by the app at this time.
+    Served(u64),
+    /// Refused (any reason) at this time.
+    Refused(u64),
+}
+
+/// Counts per compound level, for "how many more-important-or-equal requests wait".
+struct Fenwick(Vec<u32>);
+
+impl Fenwick {
+    fn new() -> Self {
+        Fenwick(vec![0; COMPOUND_LEVELS + 1])
+    }
+    fn add(&mut self, c: u16, d: i32) {
+        let mut i = c as usize + 1;
+        while i < self.0.len() {
+            self.0[i] = (self.0[i] as i64 + d as i64) as u32;
+            i += i & i.wrapping_neg();
+        }
+    }
+    /// Count at levels `0..=c`.
+    fn prefix(&self, c: u16) -> usize {
+        let (mut i, mut s) = (c as usize + 1, 0usize);
+        while i > 0 {
+            s += self.0[i] as usize;
+            i -= i & i.wrapping_neg();
+        }
+        s
+    }
+}
+
+/// The sidecar's pending queue: most important first, FIFO within a level.
+struct Pending {
+    by_priority: BTreeMap<(u16, u64), Request>,
+    by_age: BTreeSet<(u64, u64)>,
+    counts: Fenwick,
+}
+
+impl Pending {
+    fn push(&mut self, id: u64, r: Request) {
+        self.by_priority.insert((r.compound, id), r);
+        self.by_age.insert((r.arrival, id));
+        self.counts.add(r.compound, 1);
+    }
+    fn remove(&mut self, key: (u16, u64)) -> Option<Request> {
+        let r = self.by_priority.remove(&key)?;
+        self.by_age.remove(&(r.arrival, key.1));
+        self.counts.add(r.compound, -1);
+        Some(r)
+    }
+    fn pop_most_important(&mut self) -> Option<(u64, Request)> {
+        let (&key, _) = self.by_priority.iter().next()?;
+        self.remove(key).map(|r| (key.1, r))
+    }
+    fn less_important_than(&self, c: u16) -> bool {
+        self.by_priority.keys().next_back().is_some_and(|&(k, _)| k > c)
+    }
+    fn oldest(&self) -> Option<u64> {
+        self.by_age.iter().next().map(|&(a, _)| a)
+    }
+    fn len(&self) -> usize {
+        self.by_priority.len()
+    }
 }
 
 // === run ===
@@ -141,58 +318,98 @@ struct Queued {
 pub fn run(cfg: &SimConfig) -> Summary {
     let clock = ManualClock::new();
     let engine = AdmissionEngine::new(&cfg.engine, clock.clone());
+    let mut limit = match cfg.inflight {
+        Inflight::Fixed(n) => AdaptiveLimit::fixed(n, 0),
+        Inflight::Adaptive(ceiling) => {
+            AdaptiveLimit::new(AdaptiveLimitConfig { ceiling, ..AdaptiveLimitConfig::default() }, 0)
+        }
+    };
     let mut rng = StdRng::seed_from_u64(cfg.seed);
     let hasher = UserPriorityHasher::new(*b"weir-simulator", UserPriorityHasher::DEFAULT_REKEY);
     let user_levels: Vec<u8> = (0..cfg.users)
         .map(|u| hasher.user_priority_in_period(format!("user-{u}").as_bytes(), 1))
         .collect();
+    let mix_total: f64 = cfg.mix.iter().sum::<f64>().max(1e-9);
+    let mix_cdf: Vec<f64> = cfg
+        .mix
+        .iter()
+        .scan(0.0, |acc, m| {
+            *acc += m / mix_total;
+            Some(*acc)
+        })
+        .collect();
     let capacity = cfg.capacity_per_sec();
-    let service_ns = cfg.service.as_nanos() as u64;
     let timeout_ns = cfg.task_timeout.as_nanos() as u64;
     let tick_ns = cfg.tick.as_nanos() as u64;
+    let max_wait_ns = cfg.overload_max_wait.as_nanos() as u64;
     let end = cfg.seconds as u64 * SEC;
+    let classes = cfg.classes();
 
     let mut windows: Vec<WindowReport> = (0..cfg.seconds)
-        .map(|s| WindowReport { second: s, load: cfg.load_at(s), ..Default::default() })
+        .map(|s| WindowReport {
+            second: s,
+            load: cfg.load_at(s),
+            class_offered: vec![0; classes],
+            class_ok: vec![0; classes],
+            ..Default::default()
+        })
         .collect();
-    // Per class, offered and completed during the steady period.
-    let steady_from = cfg.steady_from();
-    let mut class_counts = vec![[0u64; 2]; cfg.classes as usize];
-    // Requests that arrived in the steady period early enough to finish before the end.
-    let counts_for_class = |arrival: u64| {
-        arrival >= steady_from as u64 * SEC && arrival + timeout_ns + service_ns <= end
-    };
-    let mut queue: VecDeque<Queued> = VecDeque::new();
-    // (done at, class, deadline, arrival). Fixed service time and FIFO start order:
-    // completions come out in start order.
-    let mut in_service: VecDeque<(u64, u8, u64, u64)> = VecDeque::new();
+    let mut trace = Vec::new();
+    let mut requests: Vec<Request> = Vec::new();
+    let mut ends: Vec<Option<End>> = Vec::new();
+    let mut pending =
+        Pending { by_priority: BTreeMap::new(), by_age: BTreeSet::new(), counts: Fenwick::new() };
+    let mut give_ups: BinaryHeap<Reverse<(u64, u16, u64)>> = BinaryHeap::new();
+    // The app: its own FIFO in front of its workers; (done at, id, dispatched at).
+    let mut app_queue: VecDeque<(u64, u64)> = VecDeque::new();
+    let mut in_service: BinaryHeap<Reverse<(u64, u64, u64)>> = BinaryHeap::new();
+    let mut inflight = 0usize;
+    let mut typical_app = 0u64;
 
     let mut now = 0u64;
     let mut next_tick = tick_ns;
-    let mut next_arrival = 0u64;
+    let mut next_trace = 0u64;
     let sample_gap = |rng: &mut StdRng, at: u64| -> u64 {
         let rate = cfg.load_at((at / SEC) as u32) * capacity / SEC as f64;
         let exp = Exp::new(rate.max(1e-12)).unwrap_or_else(|_| Exp::new(1e-12).expect("valid"));
-        exp.sample(rng).ceil() as u64
+        (exp.sample(rng).ceil() as u64).max(1)
     };
-    next_arrival += sample_gap(&mut rng, 0);
+    let mut next_arrival = sample_gap(&mut rng, 0);
+    let stall = cfg.stall.map(|(from, len)| (from * MS, (from + len) * MS));
 
     while now < end {
-        let next_done = in_service.front().map_or(u64::MAX, |d| d.0);
-        now = next_arrival.min(next_done).min(next_tick);
+        let next_done = in_service.peek().map_or(u64::MAX, |d| d.0 .0);
+        let next_give_up = give_ups.peek().map_or(u64::MAX, |g| g.0 .0);
+        now = next_arrival.min(next_done).min(next_tick).min(next_give_up);
         if now >= end {
             break;
         }
         clock.set(now);
         let second = (now / SEC) as usize;
         if now == next_done {
-            let (_, class, deadline, arrival) = in_service.pop_front().expect("front exists");
-            if now <= deadline {
-                windows[second].completed += 1;
-                // Per class by arrival, so offered and completed cover the same requests.
-                if counts_for_class(arrival) {
-                    class_counts[class as usize][1] += 1;
+            let Reverse((_, id, dispatched)) = in_service.pop().expect("front exists");
+            if let Some((from, to)) = stall {
+                if now >= from && now < to {
+                    // The app is stuck: this answer comes when it is back.
+                    in_service.push(Reverse((to, id, dispatched)));
+                    continue;
                 }
+            }
+            let r = requests[id as usize];
+            inflight -= 1;
+            let rtt = now - dispatched;
+            limit.on_response(Duration::from_nanos(rtt));
+            limit.tick(now);
+            engine.record_completion();
+            typical_app =
+                if typical_app == 0 { rtt } else { typical_app - typical_app / 8 + rtt / 8 };
+            ends[id as usize] = Some(End::Served(now));
+            if now <= r.deadline {
+                windows[second].completed += 1;
+            }
+            // A worker is free: the app's own queue goes first.
+            if let Some((id, at)) = app_queue.pop_front() {
+                in_service.push(Reverse((now + cfg.service_ns_at(now), id, at)));
             }
         } else if now == next_arrival {
             let phase_end = (now / SEC + 1) * SEC;
@@ -201,67 +418,251 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 // Memoryless: restart the gap at the phase boundary with the new rate.
                 next_arrival = phase_end + sample_gap(&mut rng, phase_end);
             }
-            let class = rng.random_range(0..cfg.classes);
+            let u: f64 = rng.random();
+            let class = mix_cdf.iter().position(|&c| u < c).unwrap_or(classes - 1) as u8;
             let user = user_levels[rng.random_range(0..cfg.users) as usize];
+            let p = Priority { business: class, user };
+            let id = requests.len() as u64;
+            let r =
+                Request { arrival: now, deadline: now + timeout_ns, class, compound: p.compound() };
+            requests.push(r);
+            ends.push(None);
             let w = &mut windows[second];
             w.offered += 1;
-            if counts_for_class(now) {
-                class_counts[class as usize][0] += 1;
+            if engine.admit(p) == Decision::Shed {
+                ends[id as usize] = Some(End::Refused(now));
+                continue;
             }
-            if engine.admit(Priority { business: class, user }) != Decision::Shed {
-                w.admitted += 1;
-                queue.push_back(Queued { arrival: now, deadline: now + timeout_ns, class });
+            if cfg.door {
+                let ahead = pending.counts.prefix(r.compound);
+                let rate = engine
+                    .status()
+                    .capacity_per_sec
+                    .or(Some(limit.max_rate()).filter(|&r| r > 0.0));
+                let check = DeadlineCheck {
+                    arrival: now,
+                    now,
+                    deadline: r.deadline,
+                    task_timeout: timeout_ns,
+                    typical_app,
+                    expected_wait: expected_wait(ahead, rate),
+                    ..DeadlineCheck::default()
+                };
+                if !deadline_gate(Stage::Door, &check).is_forward() {
+                    ends[id as usize] = Some(End::Refused(now));
+                    continue;
+                }
+            }
+            windows[second].admitted += 1;
+            pending.push(id, r);
+            if cfg.give_up {
+                let mut at = give_up_at(now, r.deadline, timeout_ns, typical_app);
+                if max_wait_ns > 0 {
+                    at = at.min(now + max_wait_ns + 1);
+                }
+                give_ups.push(Reverse((at, r.compound, id)));
+            }
+        } else if now == next_give_up {
+            let Reverse((_, compound, id)) = give_ups.pop().expect("exists");
+            let Some(r) = pending.by_priority.get(&(compound, id)).copied() else { continue };
+            let check = DeadlineCheck {
+                arrival: r.arrival,
+                now,
+                deadline: r.deadline,
+                task_timeout: timeout_ns,
+                typical_app,
+                overloaded: engine.overloaded() || engine.level() != AdmissionLevel::FULLY_OPEN,
+                overload_max_wait: max_wait_ns,
+                less_important_waiting: pending.less_important_than(r.compound),
+                queued: true,
+                ..DeadlineCheck::default()
+            };
+            if deadline_gate(Stage::Waiting, &check).is_forward() {
+                // Asked early for the max wait: ask again at the give-up time, or soon if
+                // only the max wait can drop it.
+                let final_at = give_up_at(r.arrival, r.deadline, timeout_ns, typical_app);
+                let again =
+                    if max_wait_ns > 0 { (now + max_wait_ns / 4).min(final_at) } else { final_at };
+                give_ups.push(Reverse((again.max(now + 1), compound, id)));
+                continue;
+            }
+            if let Some(r) = pending.remove((compound, id)) {
+                // Budget gone while waiting: refused now, before the client's timeout.
+                let waited = now - r.arrival;
+                engine.record_queuing(Duration::from_nanos(waited));
+                engine.record_gate_drop();
+                let w = &mut windows[second];
+                w.queuing_sum_ns += waited;
+                w.queuing_count += 1;
+                w.gate_dropped += 1;
+                ends[id as usize] = Some(End::Refused(now));
             }
         } else {
             next_tick += tick_ns;
+            let oldest = pending.oldest().map_or(0, |a| now - a);
+            engine.observe_queue(pending.len(), Duration::from_nanos(oldest));
             engine.tick();
+            limit.tick(now);
         }
-        // Hand queued requests to free workers.
-        while in_service.len() < cfg.workers as usize {
-            let Some(q) = queue.pop_front() else { break };
-            let waited = now - q.arrival;
+        // Hand waiting requests to the app while the limit allows.
+        while inflight < limit.limit() {
+            let Some((id, r)) = pending.pop_most_important() else { break };
+            let waited = now - r.arrival;
             engine.record_queuing(Duration::from_nanos(waited));
             let w = &mut windows[second];
             w.queuing_sum_ns += waited;
             w.queuing_count += 1;
-            match residence_gate(q.arrival, now, q.deadline, timeout_ns) {
-                GateDecision::Forward => {
-                    in_service.push_back((now + service_ns, q.class, q.deadline, q.arrival))
-                }
-                GateDecision::DeadlinePassed | GateDecision::WaitedTooLong => {
-                    engine.record_gate_drop();
-                    w.gate_dropped += 1;
-                }
+            let check = DeadlineCheck {
+                arrival: r.arrival,
+                now,
+                deadline: r.deadline,
+                task_timeout: timeout_ns,
+                typical_app,
+                overloaded: engine.overloaded() || engine.level() != AdmissionLevel::FULLY_OPEN,
+                overload_max_wait: max_wait_ns,
+                less_important_waiting: pending.less_important_than(r.compound),
+                queued: waited > 0,
+                ..DeadlineCheck::default()
+            };
+            if !deadline_gate(Stage::Dequeue, &check).is_forward() {
+                engine.record_gate_drop();
+                w.gate_dropped += 1;
+                ends[id as usize] = Some(End::Refused(now));
+                continue;
             }
+            inflight += 1;
+            limit.on_dispatch(inflight);
+            if in_service.len() < cfg.workers as usize {
+                in_service.push(Reverse((now + cfg.service_ns_at(now), id, now)));
+            } else {
+                app_queue.push_back((id, now));
+            }
+        }
+        if pending.len() > 0 {
+            limit.on_waiting();
+        }
+        while next_trace <= now {
+            trace.push(TracePoint {
+                ms: next_trace / MS,
+                level: engine.level().compound(),
+                inflight_limit: limit.limit(),
+                queue_depth: pending.len(),
+                oldest_wait_ms: pending.oldest().map_or(0.0, |a| (now - a) as f64 / 1e6),
+                overloaded: engine.overloaded() || engine.level() != AdmissionLevel::FULLY_OPEN,
+            });
+            next_trace += TRACE_NS;
         }
         let w = &mut windows[second];
         w.level = engine.level().to_string();
         w.overloaded = engine.overloaded();
-        if now + tick_ns > (second as u64 + 1) * SEC {
-            // Last event of the second (or close): sample the estimate once.
-            w.capacity_estimate = engine.status().capacity_per_sec;
+        w.inflight_limit = limit.limit();
+        w.capacity_estimate = engine.status().capacity_per_sec;
+    }
+    for (r, e) in requests.iter().zip(&ends) {
+        if r.deadline > end {
+            continue; // could not finish within the run
+        }
+        windows[(r.arrival / SEC) as usize].class_offered[r.class as usize] += 1;
+        if matches!(e, Some(End::Served(t)) if *t <= r.deadline) {
+            windows[(r.arrival / SEC) as usize].class_ok[r.class as usize] += 1;
         }
     }
     for w in &mut windows {
         w.mean_queuing_ms = w.queuing_sum_ns as f64 / w.queuing_count.max(1) as f64 / 1e6;
+        w.class_success = w
+            .class_offered
+            .iter()
+            .zip(&w.class_ok)
+            .map(|(&o, &k)| if o == 0 { 1.0 } else { k as f64 / o as f64 })
+            .collect();
     }
-    summarize(cfg, windows, &class_counts)
+    summarize(cfg, windows, trace, &requests, &ends, &limit)
 }
 
 // === summary ===
 
-fn summarize(cfg: &SimConfig, windows: Vec<WindowReport>, class_counts: &[[u64; 2]]) -> Summary {
+fn percentile(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 * p).ceil() as usize).clamp(1, sorted.len()) - 1;
+    sorted[i] as f64 / 1e6
+}
+
+/// Counts by class of the requests that arrived in `[from, to)` and could finish by `end`.
+fn period(
+    cfg: &SimConfig,
+    requests: &[Request],
+    ends: &[Option<End>],
+    from: u64,
+    to: u64,
+    latency_from: u64,
+) -> (Vec<ClassReport>, u64, u64, u64, Vec<u64>) {
+    let classes = cfg.classes();
+    let end = cfg.seconds as u64 * SEC;
+    let mut reports: Vec<ClassReport> =
+        (0..classes).map(|b| ClassReport { business: b as u8, ..Default::default() }).collect();
+    let mut lat: Vec<Vec<u64>> = vec![Vec::new(); classes];
+    let (mut refused_in_time, mut timeouts, mut served) = (0u64, 0u64, 0u64);
+    let mut all = Vec::new();
+    for (r, e) in requests.iter().zip(ends) {
+        if r.arrival < from || r.arrival >= to || r.deadline > end {
+            continue;
+        }
+        let c = &mut reports[r.class as usize];
+        c.offered += 1;
+        match e {
+            Some(End::Served(t)) if *t <= r.deadline => {
+                c.completed += 1;
+                served += 1;
+                if r.arrival >= latency_from {
+                    lat[r.class as usize].push(t - r.arrival);
+                    all.push(t - r.arrival);
+                }
+            }
+            Some(End::Refused(t)) if *t < r.deadline => refused_in_time += 1,
+            _ => timeouts += 1,
+        }
+    }
+    let total: f64 = cfg.mix.iter().sum::<f64>().max(1e-9);
+    for (c, l) in reports.iter_mut().zip(&mut lat) {
+        l.sort_unstable();
+        c.success = c.completed as f64 / c.offered.max(1) as f64;
+        c.load = cfg.load_at((from / SEC) as u32) * cfg.mix[c.business as usize] / total;
+        (c.p50_ms, c.p90_ms, c.p99_ms) =
+            (percentile(l, 0.5), percentile(l, 0.9), percentile(l, 0.99));
+    }
+    all.sort_unstable();
+    (reports, served, refused_in_time, timeouts, all)
+}
+
+fn summarize(
+    cfg: &SimConfig,
+    windows: Vec<WindowReport>,
+    trace: Vec<TracePoint>,
+    requests: &[Request],
+    ends: &[Option<End>],
+    limit: &AdaptiveLimit,
+) -> Summary {
     let capacity = cfg.capacity_per_sec();
     let phase_len = cfg.phase_len();
     let steady_from = cfg.steady_from();
     let steady = &windows[steady_from..];
-    let sum = |f: fn(&WindowReport) -> u64| steady.iter().map(f).sum::<u64>() as f64;
-    let (offered, completed) = (sum(|w| w.offered), sum(|w| w.completed));
-    let shed = offered - sum(|w| w.admitted) + sum(|w| w.gate_dropped);
-    let load = cfg.phases[cfg.phases.len() - 1];
+    let (classes, served, refused, timeouts, all) = period(
+        cfg,
+        requests,
+        ends,
+        steady_from as u64 * SEC,
+        cfg.seconds as u64 * SEC,
+        steady_from as u64 * SEC,
+    );
+    let offered = (served + refused + timeouts) as f64;
+    let measured_secs =
+        (cfg.seconds as usize - steady_from) as f64 - cfg.task_timeout.as_secs_f64();
     // Against what was actually offered (Poisson), not the nominal load.
-    let ideal = (1.0 - capacity * steady.len() as f64 / offered.max(1.0)).max(0.0);
-    let shed_fraction = shed / offered.max(1.0);
+    let ideal = (1.0 - capacity * measured_secs / offered.max(1.0)).max(0.0);
+    let shed_fraction = (refused + timeouts) as f64 / offered.max(1.0);
+    let _ = all;
     let phase_oscillation = (0..cfg.phases.len())
         .map(|p| {
             let from = (p * phase_len + phase_len / 2).min(windows.len());
@@ -275,25 +676,62 @@ fn summarize(cfg: &SimConfig, windows: Vec<WindowReport>, class_counts: &[[u64; 
             settle_after(phase, capacity)
         })
         .collect();
-    let q = steady.iter().map(|w| w.queuing_sum_ns).sum::<u64>() as f64;
-    let qn = steady.iter().map(|w| w.queuing_count).sum::<u64>().max(1) as f64;
-    let classes = class_counts
-        .iter()
-        .enumerate()
-        .map(|(b, &[offered, completed])| ClassReport {
-            business: b as u8,
-            offered,
-            completed,
-            success: completed as f64 / offered.max(1) as f64,
-            load: load / cfg.classes as f64,
+    let phase_reports = (0..cfg.phases.len())
+        .map(|p| {
+            let from = (p * phase_len) as u64 * SEC;
+            let to = (((p + 1) * phase_len) as u64 * SEC).min(cfg.seconds as u64 * SEC);
+            let (classes, served, refused, timeouts, lat) =
+                period(cfg, requests, ends, from, to, from + SEC);
+            let secs = (to - from) as f64 / 1e9;
+            let first_cut_ms = trace
+                .iter()
+                .find(|t| t.ms * MS >= from && t.ms * MS < to && t.level != u16::MAX >> 1)
+                .map(|t| t.ms - from / MS);
+            let phase_windows = &windows[(from / SEC) as usize..(to / SEC) as usize];
+            let bad = phase_windows.iter().rposition(|w| {
+                w.class_success.iter().zip(&w.class_offered).any(|(&s, &o)| o > 0 && s < 0.99)
+            });
+            // The last second's requests may still be in flight at the end: skip it.
+            let recovered_after_s = match bad {
+                None => Some(0),
+                Some(i) if i + 1 < phase_windows.len() => Some(i as u32 + 1),
+                Some(_) => None,
+            };
+            PhaseReport {
+                load: cfg.phases[p],
+                from_second: (from / SEC) as u32,
+                goodput_ratio: served as f64
+                    / (capacity * secs).min((served + refused + timeouts) as f64).max(1.0),
+                refused_fraction: (refused + timeouts) as f64
+                    / (served + refused + timeouts).max(1) as f64,
+                timeout_share: timeouts as f64 / (refused + timeouts).max(1) as f64,
+                p50_ms: percentile(&lat, 0.5),
+                p90_ms: percentile(&lat, 0.9),
+                p99_ms: percentile(&lat, 0.99),
+                first_cut_ms,
+                recovered_after_s,
+                classes,
+            }
         })
         .collect();
+    let phase_end_limit = (0..cfg.phases.len())
+        .map(|p| {
+            let at = (((p + 1) * phase_len) as u64 * 1000).min(cfg.seconds as u64 * 1000);
+            trace.iter().rev().find(|t| t.ms < at).map_or(limit.limit(), |t| t.inflight_limit)
+        })
+        .collect();
+    let q = steady.iter().map(|w| w.queuing_sum_ns).sum::<u64>() as f64;
+    let qn = steady.iter().map(|w| w.queuing_count).sum::<u64>().max(1) as f64;
     Summary {
         law: format!("{:?}", cfg.engine.law).to_lowercase(),
+        inflight: match cfg.inflight {
+            Inflight::Fixed(n) => format!("fixed {n}"),
+            Inflight::Adaptive(c) => format!("adaptive (ceiling {c})"),
+        },
         capacity_per_sec: capacity,
         phases: cfg.phases.clone(),
         steady_from: steady_from as u32,
-        goodput_ratio: completed / (capacity * steady.len() as f64),
+        goodput_ratio: served as f64 / (capacity * measured_secs),
         shed_fraction,
         ideal_shed_fraction: ideal,
         shed_error_pp: (shed_fraction - ideal) * 100.0,
@@ -302,7 +740,10 @@ fn summarize(cfg: &SimConfig, windows: Vec<WindowReport>, class_counts: &[[u64; 
         phase_oscillation,
         mean_queuing_ms: q / qn / 1e6,
         classes,
+        phase_reports,
+        phase_end_limit,
         windows,
+        trace,
     }
 }
 

@@ -16,6 +16,8 @@ fn window(arrivals: u64, admitted: u64, dispatched: u64, mean_queuing_ms: u64) -
         dispatched,
         dropped: 0,
         mean_queuing_ns: mean_queuing_ms * MS,
+        completed: dispatched,
+        ..WindowSummary::default()
     }
 }
 

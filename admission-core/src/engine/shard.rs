@@ -56,6 +56,12 @@ impl QueuingShard {
         (prev >> SUM_BITS) + 1
     }
 
+    /// Reads `(count, sum_us)` without resetting.
+    pub(super) fn peek(&self) -> (u64, u64) {
+        let v = self.0.load(Relaxed);
+        (v >> SUM_BITS, v & SUM_MASK)
+    }
+
     /// Takes `(count, sum_us)` and resets.
     pub(super) fn take(&self) -> (u64, u64) {
         let v = self.0.swap(0, Relaxed);
