@@ -9,6 +9,7 @@
 //! - [`audit`]: per-class outcome counters and the priority-inflation findings.
 //! - [`size_grade`]: content-length grade with fine sub-steps for requests with no action.
 //! - [`table`]: the priority table (rules -> business priority).
+//! - [`downstream`]: the egress role's per-downstream level cache.
 //! - [`clock`]: injectable clocks.
 
 pub mod adaptive_limit;
@@ -16,6 +17,7 @@ pub mod audit;
 pub mod clock;
 pub mod config;
 pub mod controller;
+pub mod downstream;
 pub mod engine;
 pub mod gate;
 pub mod priority;
