@@ -1,12 +1,16 @@
-//! Proxy overhead: tiny requests, closed loop, through each contender pinned to one CPU.
+//! Proxy overhead: closed-loop load through each contender pinned to one CPU, in several
+//! workloads (protocol x connections x body size), and the side-by-side report built from the
+//! rounds: per-metric medians, each as a ratio to nginx.
+//!
 //! The client is `wrk` for HTTP/1.1 when installed, else (and always for h2c) the Rust
-//! client here.
+//! client here. The app is [`serve_zero_work`]: no work, a tiny or a 4 KiB answer.
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::Serialize;
+use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -14,6 +18,138 @@ use crate::load::Protocol;
 
 #[cfg(test)]
 mod tests;
+
+/// Size of the "4k" workload's request and response bodies.
+pub const BODY_4K: usize = 4096;
+
+/// The response body of the tiny workload.
+const TINY: &[u8] = b"ok";
+
+/// What each request carries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BodySize {
+    /// `GET /`, answered with 2 bytes.
+    Tiny,
+    /// `POST /4k` with 4 KiB, answered with 4 KiB.
+    Kib4,
+}
+
+/// One measured situation: protocol, concurrent closed loops, body size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct Workload {
+    pub protocol: Protocol,
+    /// Closed loops at once (HTTP/1.1: connections; h2c: streams, 16 per connection).
+    pub connections: usize,
+    pub body: BodySize,
+}
+
+impl Workload {
+    /// `http1-c64`, `http1-c8-4k`, `h2c-c64`, ...
+    pub fn parse(s: &str) -> Result<Workload, String> {
+        let mut parts = s.split('-');
+        let protocol = match parts.next() {
+            Some("http1") => Protocol::Http1,
+            Some("h2c") => Protocol::H2c,
+            _ => return Err(format!("{s}: expected http1-cN[-4k] or h2c-cN[-4k]")),
+        };
+        let connections = parts
+            .next()
+            .and_then(|c| c.strip_prefix('c'))
+            .and_then(|c| c.parse::<usize>().ok())
+            .filter(|c| *c > 0)
+            .ok_or_else(|| format!("{s}: expected a connection count like c64"))?;
+        let body = match parts.next() {
+            None => BodySize::Tiny,
+            Some("4k") => BodySize::Kib4,
+            Some(other) => return Err(format!("{s}: unknown body size {other:?} (only 4k)")),
+        };
+        if parts.next().is_some() {
+            return Err(format!("{s}: too many parts"));
+        }
+        Ok(Workload { protocol, connections, body })
+    }
+
+    pub fn label(&self) -> String {
+        let protocol = match self.protocol {
+            Protocol::Http1 => "http1",
+            Protocol::H2c => "h2c",
+        };
+        let body = match self.body {
+            BodySize::Tiny => "",
+            BodySize::Kib4 => "-4k",
+        };
+        format!("{protocol}-c{}{body}", self.connections)
+    }
+
+    /// Path the load asks for.
+    pub fn path(&self) -> &'static str {
+        match self.body {
+            BodySize::Tiny => "/",
+            BodySize::Kib4 => "/4k",
+        }
+    }
+
+    /// wrk's Lua script for this workload, if it needs one (the 4 KiB POST).
+    pub fn wrk_script(&self) -> Option<String> {
+        match self.body {
+            BodySize::Tiny => None,
+            BodySize::Kib4 => Some(format!(
+                "wrk.method = \"POST\"\nwrk.body = string.rep(\"x\", {BODY_4K})\n\
+                 wrk.headers[\"Content-Type\"] = \"application/octet-stream\"\n"
+            )),
+        }
+    }
+
+    fn request(&self, uri: &http::Uri) -> Option<http::Request<Full<Bytes>>> {
+        match self.body {
+            BodySize::Tiny => http::Request::get(uri.clone()).body(Full::new(Bytes::new())).ok(),
+            BodySize::Kib4 => http::Request::post(uri.clone())
+                .header("content-type", "application/octet-stream")
+                .body(Full::new(Bytes::from(vec![b'x'; BODY_4K])))
+                .ok(),
+        }
+    }
+}
+
+/// The default workloads: HTTP/1.1 with 64 and 8 connections, tiny and 4 KiB; h2c with 64
+/// streams, tiny and 4 KiB.
+pub fn default_workloads() -> Vec<Workload> {
+    ["http1-c64", "http1-c8", "http1-c64-4k", "http1-c8-4k", "h2c-c64", "h2c-c64-4k"]
+        .into_iter()
+        .map(|w| Workload::parse(w).expect("built-in workloads parse"))
+        .collect()
+}
+
+// === the app ===
+
+/// Serves the zero-work app on `listener` forever: HTTP/1.1 and h2c (prior knowledge) on one
+/// port; `/4k` answers 4 KiB, anything else 2 bytes; request bodies are read and dropped.
+pub async fn serve_zero_work(listener: tokio::net::TcpListener) -> std::io::Result<()> {
+    let big = Bytes::from(vec![b'y'; BODY_4K]);
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let _ = stream.set_nodelay(true);
+        let big = big.clone();
+        tokio::spawn(async move {
+            let service =
+                hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+                    let big = big.clone();
+                    async move {
+                        let body =
+                            if req.uri().path() == "/4k" { big } else { Bytes::from_static(TINY) };
+                        let _ = req.into_body().collect().await;
+                        Ok::<_, std::convert::Infallible>(http::Response::new(Full::new(body)))
+                    }
+                });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+// === the Rust closed-loop client ===
 
 /// What a closed-loop client measured.
 #[derive(Clone, Debug, Default, Serialize)]
@@ -26,19 +162,19 @@ pub struct ClientResult {
     pub p99_ms: f64,
 }
 
-/// `connections` loops of GET, each waiting for its answer before sending the next.
+/// `workload.connections` loops, each waiting for its answer before sending the next.
 /// h2c multiplexes the loops over `connections / 16` (at least one) connections.
 pub async fn closed_loop(
     target: SocketAddr,
-    protocol: Protocol,
-    connections: usize,
+    workload: Workload,
     duration: Duration,
 ) -> anyhow::Result<ClientResult> {
     anyhow::ensure!(target.ip().is_loopback(), "overhead client targets 127.0.0.1 only");
     let until = Instant::now() + duration;
-    let uri: http::Uri = format!("http://{target}/").parse()?;
+    let uri: http::Uri = format!("http://{target}{}", workload.path()).parse()?;
+    let connections = workload.connections;
     let mut tasks = tokio::task::JoinSet::new();
-    match protocol {
+    match workload.protocol {
         Protocol::Http1 => {
             for _ in 0..connections {
                 let stream = tokio::net::TcpStream::connect(target).await?;
@@ -46,7 +182,7 @@ pub async fn closed_loop(
                 let (sender, conn) =
                     hyper::client::conn::http1::handshake(TokioIo::new(stream)).await?;
                 tokio::spawn(conn);
-                tasks.spawn(loop_on(Sender::Http1(sender), uri.clone(), until));
+                tasks.spawn(loop_on(Sender::Http1(sender), workload, uri.clone(), until));
             }
         }
         Protocol::H2c => {
@@ -60,7 +196,8 @@ pub async fn closed_loop(
                 .await?;
                 tokio::spawn(conn);
                 for _ in 0..16.min(connections) {
-                    tasks.spawn(loop_on(Sender::H2(sender.clone()), uri.clone(), until));
+                    let sender = Sender::H2(sender.clone());
+                    tasks.spawn(loop_on(sender, workload, uri.clone(), until));
                 }
             }
         }
@@ -82,21 +219,24 @@ pub async fn closed_loop(
 }
 
 enum Sender {
-    Http1(hyper::client::conn::http1::SendRequest<Empty<Bytes>>),
-    H2(hyper::client::conn::http2::SendRequest<Empty<Bytes>>),
+    Http1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    H2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
 }
 
 fn histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 60_000_000, 3).expect("static histogram bounds are valid")
 }
 
-async fn loop_on(mut sender: Sender, uri: http::Uri, until: Instant) -> (Histogram<u64>, u64) {
+async fn loop_on(
+    mut sender: Sender,
+    workload: Workload,
+    uri: http::Uri,
+    until: Instant,
+) -> (Histogram<u64>, u64) {
     let mut latency = histogram();
     let mut errors = 0;
     while Instant::now() < until {
-        let Ok(request) = http::Request::get(uri.clone()).body(Empty::<Bytes>::new()) else {
-            break;
-        };
+        let Some(request) = workload.request(&uri) else { break };
         let sent = Instant::now();
         let response = match &mut sender {
             Sender::Http1(s) => {
@@ -122,6 +262,8 @@ async fn loop_on(mut sender: Sender, uri: http::Uri, until: Instant) -> (Histogr
     }
     (latency, errors)
 }
+
+// === wrk ===
 
 /// Parses `wrk --latency` output.
 pub fn parse_wrk(output: &str) -> Option<ClientResult> {
@@ -166,4 +308,171 @@ fn wrk_ms(v: &str) -> Option<f64> {
         "m" => n * 60_000.0,
         _ => return None,
     })
+}
+
+// === the report ===
+
+/// One contender, one workload, one round.
+#[derive(Clone, Debug, Serialize)]
+pub struct Measurement {
+    pub round: usize,
+    pub workload: Workload,
+    pub contender: String,
+    pub client: String,
+    pub result: ClientResult,
+    /// The proxy's CPU time (utime + stime, with its children) over requests served.
+    pub cpu_us_per_request: Option<f64>,
+    /// Right after start, before any request.
+    pub idle_rss_mb: Option<f64>,
+    /// Right after the measured load.
+    pub loaded_rss_mb: Option<f64>,
+}
+
+/// Medians over the rounds of one contender in one workload, each metric on its own.
+#[derive(Clone, Debug, Serialize)]
+pub struct Summary {
+    pub workload: Workload,
+    pub contender: String,
+    pub rounds: usize,
+    pub rps: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub cpu_us_per_request: Option<f64>,
+    pub idle_rss_mb: Option<f64>,
+    pub loaded_rss_mb: Option<f64>,
+    /// (max - min) / median of requests/s and of CPU per request over the rounds: the noise.
+    pub rps_spread: f64,
+    pub cpu_spread: Option<f64>,
+    pub errors: u64,
+}
+
+/// The median of `values` (mean of the middle two for an even count); `None` if empty.
+pub fn median(values: &[f64]) -> Option<f64> {
+    let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let mid = v.len() / 2;
+    Some(if v.len() % 2 == 1 { v[mid] } else { (v[mid - 1] + v[mid]) / 2.0 })
+}
+
+fn spread(values: &[f64]) -> Option<f64> {
+    let m = median(values)?;
+    let max = values.iter().copied().fold(f64::MIN, f64::max);
+    let min = values.iter().copied().fold(f64::MAX, f64::min);
+    (m > 0.0).then(|| (max - min) / m)
+}
+
+/// Per (workload, contender), in first-seen order: the median of every metric.
+pub fn summarise(all: &[Measurement]) -> Vec<Summary> {
+    let mut keys: Vec<(Workload, String)> = Vec::new();
+    for m in all {
+        let key = (m.workload, m.contender.clone());
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    keys.into_iter()
+        .map(|(workload, contender)| {
+            let runs: Vec<&Measurement> =
+                all.iter().filter(|m| m.workload == workload && m.contender == contender).collect();
+            let of = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Vec<f64> {
+                runs.iter().filter_map(|m| f(m)).collect()
+            };
+            let rps = of(&|m| Some(m.result.rps));
+            let cpu = of(&|m| m.cpu_us_per_request);
+            Summary {
+                workload,
+                contender,
+                rounds: runs.len(),
+                rps: median(&rps).unwrap_or(0.0),
+                p50_ms: median(&of(&|m| Some(m.result.p50_ms))).unwrap_or(0.0),
+                p99_ms: median(&of(&|m| Some(m.result.p99_ms))).unwrap_or(0.0),
+                cpu_us_per_request: median(&cpu),
+                idle_rss_mb: median(&of(&|m| m.idle_rss_mb)),
+                loaded_rss_mb: median(&of(&|m| m.loaded_rss_mb)),
+                rps_spread: spread(&rps).unwrap_or(0.0),
+                cpu_spread: spread(&cpu),
+                errors: runs.iter().map(|m| m.result.errors).sum(),
+            }
+        })
+        .collect()
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+        _ => "-".into(),
+    }
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or("-".into(), |v| format!("{v:.digits$}"))
+}
+
+/// The side-by-side table (medians; ratios to nginx in the same workload), then weir-hyper
+/// against weir-pingora.
+pub fn markdown(summaries: &[Summary]) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "| workload | contender | requests/s | p50 | p99 | CPU us/req | RSS idle / loaded MB | \
+         rps / nginx | p99 / nginx | CPU / nginx | idle RSS / nginx | spread rps / CPU |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for m in summaries {
+        let nginx = summaries.iter().find(|o| o.workload == m.workload && o.contender == "nginx");
+        let direct = m.contender == "direct";
+        let vs = |a: Option<f64>, b: Option<f64>| if direct { "-".into() } else { ratio(a, b) };
+        let errors = if m.errors > 0 { format!(" ({} errors)", m.errors) } else { String::new() };
+        let _ = writeln!(
+            s,
+            "| {} | {}{} | {:.0} | {:.3} ms | {:.3} ms | {} | {} / {} | {} | {} | {} | {} | {:.0}% / {} |",
+            m.workload.label(),
+            m.contender,
+            errors,
+            m.rps,
+            m.p50_ms,
+            m.p99_ms,
+            opt(m.cpu_us_per_request, 1),
+            opt(m.idle_rss_mb, 1),
+            opt(m.loaded_rss_mb, 1),
+            vs(Some(m.rps), nginx.map(|n| n.rps)),
+            vs(Some(m.p99_ms), nginx.map(|n| n.p99_ms)),
+            vs(m.cpu_us_per_request, nginx.and_then(|n| n.cpu_us_per_request)),
+            vs(m.idle_rss_mb, nginx.and_then(|n| n.idle_rss_mb)),
+            m.rps_spread * 100.0,
+            m.cpu_spread.map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
+        );
+    }
+    let pairs: Vec<(&Summary, &Summary)> = summaries
+        .iter()
+        .filter(|h| h.contender == "weir-hyper")
+        .filter_map(|h| {
+            let p = summaries
+                .iter()
+                .find(|p| p.contender == "weir-pingora" && p.workload == h.workload)?;
+            Some((h, p))
+        })
+        .collect();
+    if !pairs.is_empty() {
+        let _ = writeln!(
+            s,
+            "\nweir-hyper / weir-pingora (decision rule: CPU/request <= 0.75 over HTTP/1.1):\n"
+        );
+        let _ = writeln!(s, "| workload | CPU us/req | requests/s | p99 |");
+        let _ = writeln!(s, "|---|---:|---:|---:|");
+        for (h, p) in pairs {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} |",
+                h.workload.label(),
+                ratio(h.cpu_us_per_request, p.cpu_us_per_request),
+                ratio(Some(h.rps), Some(p.rps)),
+                ratio(Some(h.p99_ms), Some(p.p99_ms)),
+            );
+        }
+    }
+    s
 }

@@ -1,64 +1,67 @@
-//! Proxy overhead benchmark (see BENCHMARKS.md):
-//! `cargo build --release -p proxy && cargo run --release -p weir-tests --bin overhead-bench -- [--quick]`
+//! Proxy overhead, side by side in one run (see BENCHMARKS.md, "Proxy overhead"):
+//!
+//! ```sh
+//! cargo build --release -p proxy --bin weir -p weir-tests --bin overhead-bench
+//! ./target/release/overhead-bench            # direct, nginx, HAProxy, weir-pingora, weir-hyper
+//! ./target/release/overhead-bench --quick    # 3 s x 1 round: a smoke run
+//! ```
 //!
 //! Layout on a 2-core machine: every proxy runs alone on CPU 1 (`taskset -c 1`, one
-//! worker/thread each); the client and the backend share CPU 0. Each contender is measured
-//! `--rounds` times, interleaved, and the median round is reported.
+//! worker/thread each); the client and the app share CPU 0. Every round measures every
+//! workload on every contender (the contender order rotates each round), each contender
+//! freshly started; the report shows each metric's median over the rounds, as a ratio to
+//! nginx's in the same workload.
 
 use clap::Parser;
-use serde::Serialize;
-use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use weir_harness::backend::{BackendConfig, CapacityBackend};
 use weir_harness::contender::{self, Contender, Kind};
 use weir_harness::load::Protocol;
-use weir_harness::overhead::{self, ClientResult};
+use weir_harness::overhead::{self, ClientResult, Measurement, Workload};
 use weir_harness::procfs;
 use weir_harness::report::Machine;
 
 #[derive(Parser, Debug)]
-#[command(about = "Proxy overhead: weir vs direct, nginx and HAProxy, one pinned worker each")]
+#[command(
+    about = "Proxy overhead: direct, nginx, HAProxy and weir on each data plane, one pinned worker each"
+)]
 struct Args {
-    /// One short round per contender.
+    /// One short round: a smoke run (3 s per measurement unless --seconds).
     #[arg(long)]
     quick: bool,
-    /// Seconds of load per measurement.
+    /// Seconds of load per measurement (default 10).
     #[arg(long)]
     seconds: Option<u64>,
+    /// Interleaved rounds (default 3).
     #[arg(long)]
     rounds: Option<usize>,
-    /// Concurrent closed-loop connections (h2c: streams, 16 per connection).
-    #[arg(long, default_value_t = 64)]
-    connections: usize,
-    #[arg(long, value_delimiter = ',', default_values = ["http1", "h2c"])]
-    protocols: Vec<Protocol>,
-    #[arg(long, value_delimiter = ',', default_values = ["direct", "nginx", "haproxy", "weir"])]
+    /// Workloads: `http1-cN`, `h2c-cN`, with `-4k` for a 4 KiB POST answered with 4 KiB.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values = ["http1-c64", "http1-c8", "http1-c64-4k", "http1-c8-4k", "h2c-c64", "h2c-c64-4k"]
+    )]
+    workloads: Vec<String>,
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_values = ["direct", "nginx", "haproxy", "weir-pingora", "weir-hyper"]
+    )]
     contenders: Vec<Kind>,
     /// HTTP/1.1 client: wrk when installed (default), or the built-in Rust client.
     #[arg(long)]
     rust_client: bool,
+    /// The weir binary (default: `weir` next to this binary, else target/release/weir).
     #[arg(long)]
     weir_bin: Option<PathBuf>,
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Internal: serve the zero-work backend on this address and never return.
+    /// Internal: serve the zero-work app on this address and never return.
     #[arg(long, hide = true)]
     serve_backend: Option<SocketAddr>,
-}
-
-#[derive(Clone, Debug, Serialize)]
-struct Measurement {
-    contender: String,
-    protocol: Protocol,
-    client: String,
-    result: ClientResult,
-    cpu_us_per_request: Option<f64>,
-    idle_rss_mb: Option<f64>,
-    loaded_rss_mb: Option<f64>,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -66,8 +69,13 @@ fn main() -> anyhow::Result<()> {
     if let Some(addr) = args.serve_backend {
         return serve_backend(addr);
     }
+    let workloads = args
+        .workloads
+        .iter()
+        .map(|w| Workload::parse(w).map_err(anyhow::Error::msg))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| workspace.join("target/release/weir"));
+    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| default_weir_bin(&workspace));
     let out = args.out.clone().unwrap_or_else(|| workspace.join("tests/bench/out"));
     let seconds = args.seconds.unwrap_or(if args.quick { 3 } else { 10 });
     let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
@@ -82,7 +90,7 @@ fn main() -> anyhow::Result<()> {
             Kind::Nginx => contender::require("nginx").err(),
             Kind::Haproxy => contender::require("haproxy").err(),
             k if k.is_weir() && !weir_bin.is_file() => Some(anyhow::anyhow!(
-                "{} not found: `cargo build --release -p proxy`",
+                "{} not found: `cargo build --release -p proxy --bin weir`",
                 weir_bin.display()
             )),
             _ => None,
@@ -92,7 +100,13 @@ fn main() -> anyhow::Result<()> {
             None => contenders.push(kind),
         }
     }
-    // The client (this process, or wrk) and the backend live on CPU 0; proxies on CPU 1.
+    eprintln!(
+        "overhead-bench: {} workloads x {} contenders x {rounds} rounds x {seconds} s; weir = {}",
+        workloads.len(),
+        contenders.len(),
+        weir_bin.display()
+    );
+    // The client (this process, or wrk) and the app live on CPU 0; proxies on CPU 1.
     let own_pid = std::process::id().to_string();
     Command::new(&taskset)
         .args(["-a", "-p", "-c", "0", &own_pid])
@@ -106,34 +120,47 @@ fn main() -> anyhow::Result<()> {
         .arg(backend_addr.to_string())
         .stdout(Stdio::null())
         .spawn()?;
+    let scripts = tempfile::tempdir()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let measured = runtime.block_on(async {
         wait_listening(backend_addr, &mut backend).await?;
         let mut all = Vec::new();
-        for &protocol in &args.protocols {
-            for round in 0..rounds {
-                for &kind in &contenders {
-                    let opts = contender::Options {
-                        weir_bin: weir_bin.clone(),
-                        max_inflight: 1024,
-        weir_max_inflight: Some(1024),
-                        pin_cpu: (kind != Kind::Direct).then_some(1),
-                        protocol,
-                        queue_timeout: Duration::from_millis(500),
-                    };
-                    let use_wrk = if protocol == Protocol::Http1 { wrk.clone() } else { None };
-                    let m = measure(kind, backend_addr, &opts, use_wrk, &args, seconds).await?;
+        for round in 0..rounds {
+            let mut order = contenders.clone();
+            let turns = round % order.len().max(1);
+            order.rotate_left(turns);
+            for &workload in &workloads {
+                for &kind in &order {
+                    let use_wrk =
+                        if workload.protocol == Protocol::Http1 { wrk.clone() } else { None };
+                    let m = measure(
+                        kind,
+                        workload,
+                        backend_addr,
+                        &weir_bin,
+                        use_wrk,
+                        scripts.path(),
+                        seconds,
+                    )
+                    .await?;
                     eprintln!(
-                        "round {} {:?} {:<13} {:>8.0} rps  p50 {:.3} ms  p99 {:.3} ms  cpu/req {}",
+                        "round {} {:<13} {:<13} {:>8.0} rps  p50 {:.3} ms  p99 {:.3} ms  cpu/req {}  rss {} / {} MB{}",
                         round + 1,
-                        protocol,
+                        workload.label(),
                         kind.label(),
                         m.result.rps,
                         m.result.p50_ms,
                         m.result.p99_ms,
                         m.cpu_us_per_request.map_or("-".into(), |c| format!("{c:.1} us")),
+                        m.idle_rss_mb.map_or("-".into(), |r| format!("{r:.1}")),
+                        m.loaded_rss_mb.map_or("-".into(), |r| format!("{r:.1}")),
+                        if m.result.errors > 0 {
+                            format!("  ERRORS {}", m.result.errors)
+                        } else {
+                            String::new()
+                        },
                     );
-                    all.push(m);
+                    all.push(Measurement { round: round + 1, ..m });
                 }
             }
         }
@@ -142,55 +169,59 @@ fn main() -> anyhow::Result<()> {
     let _ = backend.kill();
     let _ = backend.wait();
     let measured = measured?;
-    let medians = medians(&measured);
+    let summaries = overhead::summarise(&measured);
     let machine = Machine::probe();
-    let client = if wrk.is_some() { "wrk (HTTP/1.1), Rust client (h2c)" } else { "Rust client" };
+    let client = if wrk.is_some() {
+        "wrk -t1 (HTTP/1.1), the Rust client (h2c: 16 streams per connection)"
+    } else {
+        "the Rust client (h2c: 16 streams per connection)"
+    };
     let markdown = format!(
-        "{}- client: {client}, {} connections, {seconds} s x {rounds} rounds (median round shown)\n\n{}\n`{}`\n",
+        "{}- client: {client}; {seconds} s x {rounds} rounds, median of each metric\n\n{}\n`{}`\n",
         machine.markdown(),
-        args.connections,
-        table(&medians),
+        overhead::markdown(&summaries),
         std::env::args().collect::<Vec<_>>().join(" ")
     );
     std::fs::create_dir_all(&out)?;
-    let json = serde_json::json!({ "machine": machine, "medians": medians, "all": measured });
+    let json = serde_json::json!({ "machine": machine, "summaries": summaries, "all": measured });
     std::fs::write(out.join("overhead.json"), serde_json::to_vec_pretty(&json)?)?;
     std::fs::write(out.join("overhead.md"), &markdown)?;
     println!("{markdown}");
     Ok(())
 }
 
+/// `weir` next to this binary (same cargo target directory), else `target/release/weir`.
+fn default_weir_bin(workspace: &Path) -> PathBuf {
+    let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("weir")));
+    beside.filter(|p| p.is_file()).unwrap_or_else(|| workspace.join("target/release/weir"))
+}
+
 async fn measure(
     kind: Kind,
+    workload: Workload,
     backend: SocketAddr,
-    opts: &contender::Options,
+    weir_bin: &Path,
     wrk: Option<PathBuf>,
-    args: &Args,
+    scripts: &Path,
     seconds: u64,
 ) -> anyhow::Result<Measurement> {
-    let proxy = Contender::start(kind, backend, opts).await?;
+    let opts = contender::Options {
+        weir_bin: weir_bin.to_path_buf(),
+        max_inflight: 1024,
+        weir_max_inflight: Some(1024),
+        pin_cpu: (kind != Kind::Direct).then_some(1),
+        protocol: workload.protocol,
+        queue_timeout: Duration::from_millis(500),
+    };
+    let proxy = Contender::start(kind, backend, &opts).await?;
     let pid = proxy.pid();
-    // A short warm-up so pools, caches and allocators are in their working state.
-    let _ = overhead::closed_loop(
-        proxy.addr,
-        opts.protocol,
-        args.connections,
-        Duration::from_millis(500),
-    )
-    .await?;
     let idle_rss = pid.and_then(procfs::rss_bytes);
+    // A short warm-up so pools, caches and allocators are in their working state.
+    let _ = overhead::closed_loop(proxy.addr, workload, Duration::from_millis(500)).await?;
     let cpu_before = pid.and_then(procfs::cpu_time);
     let result = match &wrk {
-        Some(wrk) => run_wrk(wrk, proxy.addr, args.connections, seconds)?,
-        None => {
-            overhead::closed_loop(
-                proxy.addr,
-                opts.protocol,
-                args.connections,
-                Duration::from_secs(seconds),
-            )
-            .await?
-        }
+        Some(wrk) => run_wrk(wrk, proxy.addr, workload, scripts, seconds)?,
+        None => overhead::closed_loop(proxy.addr, workload, Duration::from_secs(seconds)).await?,
     };
     let cpu_after = pid.and_then(procfs::cpu_time);
     let loaded_rss = pid.and_then(procfs::rss_bytes);
@@ -202,8 +233,9 @@ async fn measure(
     };
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
     Ok(Measurement {
+        round: 0,
+        workload,
         contender: kind.label().into(),
-        protocol: opts.protocol,
         client: if wrk.is_some() { "wrk".into() } else { "rust".into() },
         result,
         cpu_us_per_request,
@@ -213,102 +245,48 @@ async fn measure(
 }
 
 fn run_wrk(
-    wrk: &PathBuf,
+    wrk: &Path,
     target: SocketAddr,
-    connections: usize,
+    workload: Workload,
+    scripts: &Path,
     seconds: u64,
 ) -> anyhow::Result<ClientResult> {
-    let output = Command::new("taskset")
-        .args(["-c", "0"])
-        .arg(wrk)
-        .args(["-t1", &format!("-c{connections}"), &format!("-d{seconds}s"), "--latency"])
-        .arg(format!("http://{target}/"))
-        .output()?;
+    let mut command = Command::new("taskset");
+    command.args(["-c", "0"]).arg(wrk).args([
+        "-t1",
+        &format!("-c{}", workload.connections),
+        &format!("-d{seconds}s"),
+        "--latency",
+    ]);
+    if let Some(script) = workload.wrk_script() {
+        let path = scripts.join(format!("{}.lua", workload.label()));
+        std::fs::write(&path, script)?;
+        command.arg("-s").arg(path);
+    }
+    let output = command.arg(format!("http://{target}{}", workload.path())).output()?;
     let text = String::from_utf8_lossy(&output.stdout);
     overhead::parse_wrk(&text).ok_or_else(|| anyhow::anyhow!("could not read wrk's output: {text}"))
 }
 
-/// Bounded poll until the backend process accepts connections.
+/// Bounded poll until the app process accepts connections.
 async fn wait_listening(addr: SocketAddr, child: &mut Child) -> anyhow::Result<()> {
     for _ in 0..500 {
         if let Some(status) = child.try_wait()? {
-            anyhow::bail!("backend exited early: {status}");
+            anyhow::bail!("app exited early: {status}");
         }
         if tokio::net::TcpStream::connect(addr).await.is_ok() {
             return Ok(());
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    anyhow::bail!("backend did not listen on {addr} within 5 s")
+    anyhow::bail!("app did not listen on {addr} within 5 s")
 }
 
 fn serve_backend(addr: SocketAddr) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
-        let config = BackendConfig::new(1 << 20, Duration::ZERO);
-        let _backend = CapacityBackend::start_on(config, addr).await?;
-        std::future::pending::<()>().await;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        overhead::serve_zero_work(listener).await?;
         anyhow::Ok(())
     })
-}
-
-/// The median round (by requests/s) of each contender and protocol.
-fn medians(all: &[Measurement]) -> Vec<Measurement> {
-    let mut keys: Vec<(String, Protocol)> = Vec::new();
-    for m in all {
-        let key = (m.contender.clone(), m.protocol);
-        if !keys.contains(&key) {
-            keys.push(key);
-        }
-    }
-    keys.into_iter()
-        .filter_map(|(name, protocol)| {
-            let mut runs: Vec<&Measurement> =
-                all.iter().filter(|m| m.contender == name && m.protocol == protocol).collect();
-            runs.sort_by(|a, b| a.result.rps.total_cmp(&b.result.rps));
-            runs.get(runs.len() / 2).map(|m| (*m).clone())
-        })
-        .collect()
-}
-
-fn table(medians: &[Measurement]) -> String {
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "| protocol | contender | requests/s | p50 | p99 | CPU us/request | RSS idle / loaded | rps vs nginx | CPU vs nginx | rps vs HAProxy | CPU vs HAProxy |"
-    );
-    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    for m in medians {
-        let find =
-            |name: &str| medians.iter().find(|o| o.contender == name && o.protocol == m.protocol);
-        let ratio =
-            |other: Option<&Measurement>, f: &dyn Fn(&Measurement) -> Option<f64>| match other
-                .and_then(|o| Some((f(m)?, f(o)?)))
-            {
-                Some((a, b)) if b > 0.0 && m.contender != "direct" => format!("{:.2}", a / b),
-                _ => "-".into(),
-            };
-        let rps = |x: &Measurement| Some(x.result.rps);
-        let cpu = |x: &Measurement| x.cpu_us_per_request;
-        let rss = match (m.idle_rss_mb, m.loaded_rss_mb) {
-            (Some(a), Some(b)) => format!("{a:.1} / {b:.1} MB"),
-            _ => "-".into(),
-        };
-        let _ = writeln!(
-            s,
-            "| {:?} | {} | {:.0} | {:.3} ms | {:.3} ms | {} | {} | {} | {} | {} | {} |",
-            m.protocol,
-            m.contender,
-            m.result.rps,
-            m.result.p50_ms,
-            m.result.p99_ms,
-            m.cpu_us_per_request.map_or("-".into(), |c| format!("{c:.1}")),
-            rss,
-            ratio(find("nginx"), &rps),
-            ratio(find("nginx"), &cpu),
-            ratio(find("haproxy"), &rps),
-            ratio(find("haproxy"), &cpu),
-        );
-    }
-    s
 }

@@ -1,5 +1,4 @@
 use super::*;
-use crate::backend::{BackendConfig, CapacityBackend};
 
 const WRK: &str = "Running 3s test @ http://127.0.0.1:8080/
   1 threads and 64 connections
@@ -28,13 +27,81 @@ fn reads_wrk_output() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn closed_loop_client_completes_requests_on_both_protocols() {
-    let config = BackendConfig::new(1024, Duration::ZERO);
-    let backend = CapacityBackend::start(config).await.unwrap();
-    for protocol in [Protocol::Http1, Protocol::H2c] {
-        let r = closed_loop(backend.addr(), protocol, 4, Duration::from_millis(300)).await.unwrap();
-        assert!(r.requests > 10, "{protocol:?}: {r:?}");
-        assert_eq!(r.errors, 0);
+async fn closed_loop_client_completes_requests_in_every_workload() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = tokio::spawn(serve_zero_work(listener));
+    for name in ["http1-c4", "http1-c4-4k", "h2c-c4", "h2c-c20-4k"] {
+        let workload = Workload::parse(name).unwrap();
+        let r = closed_loop(addr, workload, Duration::from_millis(300)).await.unwrap();
+        assert!(r.requests > 10, "{name}: {r:?}");
+        assert_eq!(r.errors, 0, "{name}");
         assert!(r.p50_ms <= r.p99_ms);
     }
+    app.abort();
+}
+
+#[test]
+fn workloads_parse_and_label_round_trip() {
+    for w in default_workloads() {
+        assert_eq!(Workload::parse(&w.label()).unwrap(), w);
+    }
+    let w = Workload::parse("http1-c8-4k").unwrap();
+    assert_eq!((w.protocol, w.connections, w.body), (Protocol::Http1, 8, BodySize::Kib4));
+    assert!(w.wrk_script().unwrap().contains("4096"));
+    assert!(Workload::parse("h2c-c64").unwrap().wrk_script().is_none());
+    for bad in ["http3-c1", "http1", "http1-c0", "http1-64", "http1-c8-8k", "http1-c8-4k-x"] {
+        assert!(Workload::parse(bad).is_err(), "{bad}");
+    }
+}
+
+fn measurement(round: usize, contender: &str, rps: f64, cpu: f64) -> Measurement {
+    Measurement {
+        round,
+        workload: Workload::parse("http1-c64").unwrap(),
+        contender: contender.into(),
+        client: "wrk".into(),
+        result: ClientResult {
+            requests: 1000,
+            rps,
+            p50_ms: 1.0,
+            p99_ms: 2.0,
+            ..Default::default()
+        },
+        cpu_us_per_request: Some(cpu),
+        idle_rss_mb: Some(10.0),
+        loaded_rss_mb: Some(12.0),
+    }
+}
+
+#[test]
+fn medians_are_per_metric_and_ratios_are_to_nginx() {
+    assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+    assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), Some(2.5));
+    assert_eq!(median(&[]), None);
+    let all = vec![
+        measurement(0, "nginx", 100.0, 10.0),
+        measurement(0, "weir-hyper", 90.0, 30.0),
+        measurement(0, "weir-pingora", 40.0, 20.0),
+        measurement(1, "nginx", 120.0, 12.0),
+        measurement(1, "weir-hyper", 95.0, 11.0),
+        measurement(1, "weir-pingora", 50.0, 25.0),
+        measurement(2, "nginx", 110.0, 11.0),
+        measurement(2, "weir-hyper", 99.0, 12.0),
+        measurement(2, "weir-pingora", 45.0, 24.0),
+    ];
+    let s = summarise(&all);
+    assert_eq!(s.len(), 3);
+    let hyper = &s[1];
+    assert_eq!(hyper.contender, "weir-hyper");
+    assert_eq!(hyper.rounds, 3);
+    // Each metric's own median, not the median round's: rps 95 (round 1), CPU 12 (round 2).
+    assert_eq!(hyper.rps, 95.0);
+    assert_eq!(hyper.cpu_us_per_request, Some(12.0));
+    assert!((hyper.rps_spread - 9.0 / 95.0).abs() < 1e-9);
+    let table = markdown(&s);
+    // rps vs nginx 95/110, CPU vs nginx 12/11; hyper vs pingora CPU 12/24.
+    assert!(table.contains("| 0.86 |"), "{table}");
+    assert!(table.contains("| 1.09 |"), "{table}");
+    assert!(table.contains("| http1-c64 | 0.50 |"), "{table}");
 }
