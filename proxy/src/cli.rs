@@ -54,8 +54,15 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum ConfigCommand {
     /// Parse and validate FILE exactly as `weir run --config FILE` would, without serving:
-    /// exit 0, or 64 with one line naming the field.
-    Check { file: PathBuf },
+    /// exit 0, or 64 with one line naming the field. The files the settings name are not
+    /// read (they exist only in the pod) unless `--files` is given.
+    Check {
+        file: PathBuf,
+        /// Also check the files the settings name, as `weir run` does before it starts
+        /// (token, user secret, table readable; state path writable): for use in the pod.
+        #[arg(long)]
+        files: bool,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -136,13 +143,23 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Exit
             telemetry::init_logging(&crate::config::LogConfig::default());
             weir_inject::cli::run(args)
         }
-        Command::Config { command: ConfigCommand::Check { file } } => config_check(&file),
+        Command::Config { command: ConfigCommand::Check { file, files } } => {
+            config_check(&file, files)
+        }
     }
 }
 
-/// `weir config check FILE`: the same load and validation as `weir run --config FILE`.
-pub fn config_check(file: &std::path::Path) -> ExitCode {
-    match SidecarConfig::load(Some(file)) {
+/// `weir config check FILE [--files]`: the same load and validation as
+/// `weir run --config FILE` (and its file preflight with `--files`).
+pub fn config_check(file: &std::path::Path, files: bool) -> ExitCode {
+    let checked = SidecarConfig::load(Some(file)).and_then(|config| {
+        if files {
+            config.preflight().map(|()| config)
+        } else {
+            Ok(config)
+        }
+    });
+    match checked {
         Ok(_) => {
             println!("{}: ok", file.display());
             ExitCode::SUCCESS
