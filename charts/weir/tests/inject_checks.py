@@ -235,3 +235,123 @@ def check_injector_e2e(objects: list[dict], weir: Path, scratch: Path, namespace
             proc.kill()
             raise AssertionError("weir inject did not stop within 15 s of SIGTERM")
     assert rc == 0, f"weir inject exited {rc} on SIGTERM: {proc.stderr.read()}"
+
+
+# === helm upgrade keeps the generated certificate ===
+
+
+class FakeApiServer:
+    """Just enough of a Kubernetes API server (discovery and GETs) for
+    `helm install --dry-run=server`, which only reads: the chart's `lookup` calls
+    see the objects in `store` (path -> object), everything else is absent."""
+
+    GROUPS = {
+        "apps/v1": [("deployments", "Deployment", True)],
+        "policy/v1": [("poddisruptionbudgets", "PodDisruptionBudget", True)],
+        "admissionregistration.k8s.io/v1": [("mutatingwebhookconfigurations", "MutatingWebhookConfiguration", False)],
+    }
+    CORE = [("secrets", "Secret", True), ("configmaps", "ConfigMap", True), ("services", "Service", True),
+            ("serviceaccounts", "ServiceAccount", True), ("namespaces", "Namespace", False)]
+
+    def __init__(self, store: dict[str, dict]):
+        import http.server
+        import threading
+
+        api = self
+
+        def resources(group_version: str, items) -> dict:
+            return {"kind": "APIResourceList", "groupVersion": group_version, "resources": [
+                {"name": n, "singularName": k.lower(), "namespaced": ns, "kind": k, "verbs": ["get", "list"]}
+                for n, k, ns in items]}
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                path = self.path.split("?")[0]
+                api.requests.append(path)
+                if path == "/version":
+                    return self.reply(200, {"major": "1", "minor": "33", "gitVersion": "v1.33.0", "platform": "linux/amd64"})
+                if path == "/api":
+                    return self.reply(200, {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                        {"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]})
+                if path == "/api/v1":
+                    return self.reply(200, resources("v1", api.CORE))
+                if path == "/apis":
+                    groups = [{"name": gv.split("/")[0], "versions": [{"groupVersion": gv, "version": gv.split("/")[1]}],
+                               "preferredVersion": {"groupVersion": gv, "version": gv.split("/")[1]}} for gv in api.GROUPS]
+                    return self.reply(200, {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+                if path.startswith("/apis/") and path[6:] in api.GROUPS:
+                    return self.reply(200, resources(path[6:], api.GROUPS[path[6:]]))
+                if path in store:
+                    return self.reply(200, store[path])
+                if path.endswith(("/secrets", "/configmaps")):  # helm's release storage: none yet
+                    return self.reply(200, {"kind": "List", "apiVersion": "v1", "metadata": {}, "items": []})
+                return self.reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404})
+
+            def reply(self, code: int, obj: dict) -> None:
+                body = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.requests: list[str] = []
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> "FakeApiServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def kubeconfig(self, path: Path, namespace: str) -> Path:
+        port = self.server.server_address[1]
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config",
+            "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+            "users": [{"name": "fake", "user": {"token": "not-a-token"}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": namespace}}],
+            "current-context": "fake",
+        }))
+        return path
+
+
+def check_generated_tls_kept_on_upgrade(helm_run, chart: Path, release: str, objects: list[dict], scratch: Path,
+                                        namespace: str) -> None:
+    """With the chart's generated Secret already in the cluster, a new render (an upgrade)
+    reuses it: same certificate and key, and the webhooks keep trusting its CA."""
+    [old] = [o for o in objects if o["kind"] == "Secret" and o["metadata"]["name"].endswith("-injector-tls")]
+    # As the previous release left it: helm's ownership marks on it.
+    old = copy.deepcopy(old)
+    old["metadata"].setdefault("annotations", {}).update(
+        {"meta.helm.sh/release-name": release, "meta.helm.sh/release-namespace": namespace})
+    store = {f"/api/v1/namespaces/{namespace}/secrets/{old['metadata']['name']}": old}
+    work = scratch / "upgrade"
+    work.mkdir(parents=True, exist_ok=True)
+
+    def render(store: dict) -> list[dict]:
+        with FakeApiServer(store) as api:
+            kubeconfig = api.kubeconfig(work / "kubeconfig", namespace)
+            out = helm_run("install", release, str(chart), "--namespace", namespace, "--dry-run=server",
+                           "--disable-openapi-validation", "--kubeconfig", str(kubeconfig))
+            assert out.returncode == 0, f"helm install --dry-run=server: {out.stderr.strip()}"
+            assert any(p.endswith(old["metadata"]["name"]) for p in api.requests), "the chart did not look the Secret up"
+        manifest = out.stdout.split("\nMANIFEST:\n", 1)[1].split("\nNOTES:\n", 1)[0]
+        return [o for o in yaml.load_all(manifest, Loader=Loader) if o]
+
+    rendered = render(store)
+    [new] = [o for o in rendered if o["kind"] == "Secret" and o["metadata"]["name"] == old["metadata"]["name"]]
+    assert new["data"] == old["data"], "the generated certificate changed on upgrade"
+    [hook] = [o for o in rendered if o["kind"] == "MutatingWebhookConfiguration"]
+    for w in hook["webhooks"]:
+        assert w["clientConfig"]["caBundle"] == old["data"]["ca.crt"], "the webhook trusts another CA after upgrade"
+    # Without the Secret in the cluster (a first install), a fresh pair is generated.
+    fresh = render({})
+    [first] = [o for o in fresh if o["kind"] == "Secret" and o["metadata"]["name"] == old["metadata"]["name"]]
+    assert first["data"]["ca.crt"] != old["data"]["ca.crt"], "a first install must generate its own CA"

@@ -600,6 +600,9 @@ def main() -> int:
                         lambda: inject_checks.check_fixture_templates(rendered, update))))
     results.append(run(("injector e2e: rendered Deployment args, chart-generated certificate, HTTPS client trusting the caBundle",
                         lambda: inject_checks.check_injector_e2e(rendered["weir__default"], weir, args.scratch, NAMESPACE))))
+    results.append(run(("helm upgrade keeps the generated injector certificate (fake API server, --dry-run=server)",
+                        lambda: inject_checks.check_generated_tls_kept_on_upgrade(
+                            helm.run, CHARTS / "weir", RELEASE["weir"], rendered["weir__default"], args.scratch, NAMESPACE))))
     stale = sorted({p.name for p in GOLDEN.glob("*.yaml")} - {f"{c.name}.yaml" for c in cases})
     if update:
         for name in stale:
