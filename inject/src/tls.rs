@@ -59,6 +59,15 @@ impl CertStore {
 
     /// Re-reads the files. `Ok(true)`: a new pair is serving; `Ok(false)`: unchanged.
     pub fn reload(&self) -> Result<bool, TlsError> {
+        match self.reload_once() {
+            // The two files are read one after the other: a Secret update between the reads
+            // gives a certificate and a key that do not match. Read once more before failing.
+            Err(_) => self.reload_once(),
+            done => done,
+        }
+    }
+
+    fn reload_once(&self) -> Result<bool, TlsError> {
         let (cert_pem, key_pem) = read_pair(&self.cert_path, &self.key_path)?;
         let mut loaded = self.loaded_from.lock().unwrap_or_else(|p| p.into_inner());
         if loaded.0 == cert_pem && loaded.1 == key_pem {
