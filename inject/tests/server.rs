@@ -19,8 +19,9 @@ async fn reviews_over_verified_tls_with_http1_and_http2() {
     let server = start(&secret, test_limits(), Duration::from_secs(60)).await;
     for h2 in [false, true] {
         let mut client = Client::connect(server.addr, &pki.ca_pem, h2).await.expect("verified TLS");
-        let reply =
-            client.request("POST", "/inject/namespace", fixture("namespace__deployment-pod")).await;
+        // The API server appends its timeout to the webhook's path.
+        let path = "/inject/namespace?timeout=5s";
+        let reply = client.request("POST", path, fixture("namespace__deployment-pod")).await;
         assert_eq!(reply.status, 200, "h2={h2}: {}", reply.text);
         let response = &reply.body["response"];
         assert_eq!(response["uid"], "2f1c8e0a-5b7d-4c39-8e61-0a9d4b3c7f12");

@@ -215,7 +215,8 @@ def check_injector_e2e(objects: list[dict], weir: Path, scratch: Path, namespace
             time.sleep(0.05)
 
         review = json.loads((INJECT / "fixtures" / "reviews" / "namespace__deployment-pod.json").read_text())
-        status, data = request("POST", "/inject/namespace", json.dumps(review).encode())
+        # The API server calls the webhook's path with its timeout appended.
+        status, data = request("POST", "/inject/namespace?timeout=5s", json.dumps(review).encode())
         assert status == 200, f"review answered {status}: {data[:300]!r}"
         response = json.loads(data)["response"]
         assert response["uid"] == review["request"]["uid"] and response["allowed"] is True
