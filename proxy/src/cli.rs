@@ -79,7 +79,8 @@ pub struct RunArgs {
     /// Admin API address (default 127.0.0.1:15000).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
-    /// Egress listener address (not implemented yet).
+    /// Egress listener address: enables the egress role (default 127.0.0.1:15002 when
+    /// enabled in the config).
     #[arg(long, value_name = "ADDR")]
     pub egress: Option<SocketAddr>,
     /// Requests forwarded to the app at once.
@@ -219,9 +220,6 @@ pub fn run(args: RunArgs) -> ExitCode {
 
 /// The configuration `weir run` would serve with: file (or embedded) plus flags.
 pub fn resolve(args: &RunArgs) -> Result<SidecarConfig, String> {
-    if let Some(egress) = args.egress {
-        return Err(format!("--egress {egress}: egress not implemented yet"));
-    }
     let mut config = SidecarConfig::load(args.config.as_deref()).map_err(|e| e.to_string())?;
     let overrides = Overrides {
         inbound: args.inbound,
@@ -230,6 +228,7 @@ pub fn resolve(args: &RunArgs) -> Result<SidecarConfig, String> {
         max_inflight: args.max_inflight,
         entry: args.entry,
         table: args.table.clone(),
+        egress: args.egress,
     };
     config.apply(&overrides).map_err(|e| e.to_string())?;
     // The files the settings name, checked before anything starts or logs.

@@ -20,6 +20,8 @@ pub struct SidecarConfig {
     pub admission: EngineConfig,
     pub admin: control_api::AdminConfig,
     pub log: LogConfig,
+    /// The egress role (off unless enabled or `--egress ADDR`).
+    pub egress: crate::egress::EgressConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -169,6 +171,8 @@ pub struct Overrides {
     pub max_inflight: Option<usize>,
     pub entry: bool,
     pub table: Option<PathBuf>,
+    /// `--egress ADDR`: enables the egress role on ADDR.
+    pub egress: Option<SocketAddr>,
 }
 
 mod defaults;
@@ -217,6 +221,10 @@ impl SidecarConfig {
         }
         if let Some(t) = &o.table {
             self.admin.table_file = Some(t.clone());
+        }
+        if let Some(a) = o.egress {
+            self.egress.enabled = true;
+            self.egress.listen = a;
         }
         self.validate()
     }

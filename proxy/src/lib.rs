@@ -7,6 +7,7 @@
 //!   on hyper: lifecycle, connections, the per-request layers, the pooled client to the app,
 //!   and bodies with bounded waits.
 //! - [`inbound`]: the same request path on pingora (`inbound.data_plane: pingora`).
+//! - [`egress`]: the egress role (outbound calls; refuses what a downstream would shed).
 //! - [`inflight`]: the in-flight limit and the bounded pending queue.
 //! - [`priority`]: priority from headers (inner hop) or the priority table (entry).
 //! - [`refusal`]: refusal responses per the wire contract.
@@ -21,6 +22,7 @@ pub mod cli;
 pub mod config;
 pub mod deadline;
 pub mod demo;
+pub mod egress;
 pub mod inbound;
 pub mod inflight;
 pub mod listener;

@@ -32,6 +32,7 @@ pub struct Sidecar {
     stop: watch::Sender<Option<StopKind>>,
     plane: Plane,
     admin: Option<AdminThread>,
+    egress: Option<crate::egress::Egress>,
 }
 
 /// The data plane carrying the inbound role (`inbound.data_plane`).
@@ -120,6 +121,11 @@ impl Sidecar {
             }
         };
 
+        let egress = if config.egress.enabled {
+            Some(crate::egress::Egress::start(&config)?)
+        } else {
+            None
+        };
         let sidecar = Sidecar {
             shared,
             inbound_addr,
@@ -128,6 +134,7 @@ impl Sidecar {
             stop,
             plane,
             admin: Some(admin),
+            egress,
         };
         sidecar.wait_listening()?;
         tracing::info!(inbound = %inbound_addr, admin = %admin_addr, app = %config.inbound.app, "weir started");
@@ -140,6 +147,11 @@ impl Sidecar {
 
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_addr
+    }
+
+    /// The egress role, when enabled.
+    pub fn egress(&self) -> Option<&crate::egress::Egress> {
+        self.egress.as_ref()
     }
 
     pub fn shared(&self) -> &Arc<Shared> {
@@ -196,6 +208,9 @@ impl Sidecar {
         if let Some(admin) = self.admin.take() {
             admin.stop();
         }
+        if let Some(mut egress) = self.egress.take() {
+            egress.shutdown();
+        }
         match &mut self.plane {
             Plane::Hyper(plane) => plane.shutdown(),
             // Pingora's thread now sleeps out its grace and exits on its own; the listener
@@ -207,6 +222,9 @@ impl Sidecar {
 
     fn finish_fast(&mut self) {
         let _ = self.stop.send(Some(StopKind::Fast));
+        if let Some(mut egress) = self.egress.take() {
+            egress.shutdown();
+        }
         match &mut self.plane {
             Plane::Hyper(plane) => plane.shutdown(),
             Plane::Pingora { proxy_thread, .. } => {

@@ -21,7 +21,6 @@ fn bad_flags_and_configs_exit_64_naming_the_field() {
     assert_usage_error(&["run", "--bogus"], "--bogus");
     assert_usage_error(&["run", "--inbound", "nowhere"], "--inbound");
     assert_usage_error(&["run", "--max-inflight", "0"], "inbound.max_inflight");
-    assert_usage_error(&["run", "--egress", "127.0.0.1:1"], "egress not implemented yet");
     assert_usage_error(&["run", "--config", "/nonexistent/weir.yaml"], "--config");
 
     let dir = tempfile::tempdir().unwrap();
@@ -31,6 +30,7 @@ fn bad_flags_and_configs_exit_64_naming_the_field() {
         ("admission:\n  mode: maybe\n", "admission.mode"),
         ("inbound:\n  default_priority: '300.1'\n", "inbound.default_priority"),
         ("admin:\n  max_body_bytes: 0\n", "admin.max_body_bytes"),
+        ("egress:\n  timeouts:\n    resolve: 0s\n", "egress.timeouts.resolve"),
     ] {
         let path = dir.path().join("weir.yaml");
         std::fs::write(&path, yaml).unwrap();

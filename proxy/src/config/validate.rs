@@ -100,6 +100,7 @@ impl SidecarConfig {
             }
         }
         self.admin.validate().map_err(|e| e.at("admin"))?;
+        self.egress.validate()?;
         if i.entry && self.admin.user_secret_file.is_none() && !self.admin.allow_empty_user_secret {
             return bad(
                 "admin.user_secret_file",

@@ -1,0 +1,705 @@
+//! The egress role (docs/design.md, "Roles"): the listener the app sends its outbound calls
+//! to, which learns each downstream's admission level from its responses and refuses
+//! locally, in microseconds, what the downstream would shed anyway.
+//!
+//! How a request finds its downstream (first match):
+//! 1. it arrived on a fixed route's listener (`egress.routes[i].listen`): that route's
+//!    `target`;
+//! 2. its URI is absolute (`GET http://b.svc:8080/x HTTP/1.1`, what `HTTP_PROXY` clients
+//!    send; HTTP/2's `:authority`, what a gRPC client pointed at the egress address sends):
+//!    that authority;
+//! 3. its `Host` header.
+//!
+//! Then, in order:
+//! - a spent budget (`grpc-timeout: 0m`, `x-request-timeout-ms: 0`) is refused with
+//!   `x-weir-shed: deadline` and never sent;
+//! - a priority the downstream's fresh cached level does not admit is refused with
+//!   `x-weir-shed: downstream-level`, exactly as the downstream would have refused it
+//!   (HTTP 503 + `retry-after`, or gRPC trailers-only status 8 + pushback), carrying the
+//!   cached level;
+//! - otherwise the request goes out with its priority headers unchanged and the remaining
+//!   budget in both deadline forms; name resolution is bounded by `timeouts.resolve`, the
+//!   connect by `timeouts.connect`, the response head by the remaining budget. The
+//!   response's `x-admission-level` updates the cache (bad values are counted, never
+//!   cached) and is passed on to the app unchanged.
+//!
+//! A downstream that never answers, resets or answers garbage gets the inbound role's
+//! errors (504 / 502, gRPC 4 / 14), with the downstream's cached level (`255.127` when
+//! nothing is known) in `x-admission-level`.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use admission_core::downstream::{DownstreamLevels, Observation};
+use admission_core::{AdmissionLevel, MonotonicClock, Priority};
+use http::header::CONTENT_TYPE;
+use http::uri::Authority;
+use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
+use hyper::body::{Body, Incoming};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::runtime::Runtime;
+use tokio::sync::{watch, Semaphore};
+
+use crate::app_client::{ClientSettings, Endpoint, Protocol};
+use crate::body::{RequestBody, ResponseBody};
+use crate::config::{AppProtocol, SidecarConfig};
+use crate::deadline;
+use crate::priority::PriorityHeaders;
+use crate::refusal::{Refusals, ShedReason};
+use crate::sidecar::StartError;
+
+pub mod config;
+pub mod forward;
+
+pub use config::{EgressConfig, EgressRoute};
+
+/// Shared h2c connections per downstream address.
+const H2_CONNECTIONS: usize = 2;
+/// Downstream addresses with a connection pool; beyond that, a request gets a fresh,
+/// unpooled connection (bounded memory whatever the app calls).
+const MAX_POOLS: usize = 1024;
+/// Idle pooled HTTP/1.1 connections to a downstream older than this are closed.
+const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+const DOWNSTREAM_LEVEL: &str = "downstream-level";
+const DOWNSTREAM_GRPC_MESSAGE: &str =
+    "weir: the downstream sheds this priority now, retry after the pushback";
+
+/// A running egress role: its runtime and bound listeners.
+pub struct Egress {
+    runtime: Option<Runtime>,
+    addr: SocketAddr,
+    route_addrs: Vec<SocketAddr>,
+    service: Arc<EgressService>,
+    stop: watch::Sender<bool>,
+}
+
+/// What every egress connection shares.
+pub struct EgressService {
+    levels: DownstreamLevels<MonotonicClock>,
+    stats: EgressStats,
+    refusals: Refusals,
+    level_name: HeaderName,
+    shed_name: HeaderName,
+    priority: PriorityHeaders,
+    default_priority: Priority,
+    timeout_header: HeaderName,
+    default_budget: Duration,
+    protocol: AppProtocol,
+    resolver: forward::Resolver,
+    client: ClientSettings,
+    pools: Mutex<HashMap<SocketAddr, Arc<Endpoint>>>,
+    body_read: Duration,
+    write: Duration,
+    conn: ConnLimits,
+}
+
+#[derive(Debug, Clone)]
+struct ConnLimits {
+    max_connections: usize,
+    header_read: Duration,
+    idle: Duration,
+    h2_max_concurrent_streams: u32,
+}
+
+/// What the egress role did, per business class, for `weir_requests_total{role="egress"}`.
+pub struct EgressStats {
+    /// `[business][outcome]`.
+    requests: Box<[[AtomicU64; EgressOutcome::ALL.len()]]>,
+    /// Requests answered with weir's own error (downstream unreachable, silent, garbage).
+    errors: AtomicU64,
+}
+
+/// The egress outcomes (the `outcome` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EgressOutcome {
+    /// Sent to the downstream.
+    Admitted,
+    /// Refused locally: the downstream's cached level would shed it.
+    ShedDownstream,
+    /// Refused locally: its budget was spent before it was sent.
+    ShedDeadline,
+}
+
+impl EgressOutcome {
+    pub const ALL: [EgressOutcome; 3] =
+        [EgressOutcome::Admitted, EgressOutcome::ShedDownstream, EgressOutcome::ShedDeadline];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            EgressOutcome::Admitted => "admitted",
+            EgressOutcome::ShedDownstream => "shed_downstream",
+            EgressOutcome::ShedDeadline => "shed_deadline",
+        }
+    }
+}
+
+// === impl Egress ===
+
+impl Egress {
+    /// Binds `egress.listen` and every route's listener (port 0: an ephemeral port, see
+    /// [`Egress::addr`]) and starts serving on `egress.threads` threads.
+    pub fn start(config: &SidecarConfig) -> Result<Egress, StartError> {
+        let egress = &config.egress;
+        let bind = |what: &'static str, addr: SocketAddr| {
+            let listener = std::net::TcpListener::bind(addr)
+                .and_then(|l| l.set_nonblocking(true).map(|()| l))
+                .map_err(|source| StartError::Bind { what, addr, source })?;
+            let local =
+                listener.local_addr().map_err(|source| StartError::Bind { what, addr, source })?;
+            Ok::<_, StartError>((listener, local))
+        };
+        let (main, addr) = bind("egress.listen", egress.listen)?;
+        let mut routes = Vec::with_capacity(egress.routes.len());
+        for route in &egress.routes {
+            let target = forward::parse_target(&route.target).map_err(|message| {
+                StartError::Config { field: "egress.routes.target".into(), message }
+            })?;
+            let (listener, local) = bind("egress.routes.listen", route.listen)?;
+            routes.push((listener, local, target));
+        }
+        let service = Arc::new(EgressService::new(config).map_err(StartError::Other)?);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(egress.threads)
+            .thread_name("weir-egress")
+            .enable_all()
+            .build()
+            .map_err(|e| StartError::Other(format!("egress runtime: {e}")))?;
+        let (stop, stopped) = watch::channel(false);
+        let route_addrs = routes.iter().map(|(_, a, _)| *a).collect();
+        {
+            let _entered = runtime.enter();
+            let listener = TcpListener::from_std(main).map_err(|source| StartError::Bind {
+                what: "egress.listen",
+                addr,
+                source,
+            })?;
+            runtime.spawn(accept_loop(listener, service.clone(), None, stopped.clone()));
+            for (listener, local, target) in routes {
+                let listener = TcpListener::from_std(listener).map_err(|source| {
+                    StartError::Bind { what: "egress.routes.listen", addr: local, source }
+                })?;
+                runtime.spawn(accept_loop(
+                    listener,
+                    service.clone(),
+                    Some(target),
+                    stopped.clone(),
+                ));
+            }
+        }
+        tracing::info!(egress = %addr, routes = ?route_addrs, "egress started");
+        Ok(Egress { runtime: Some(runtime), addr, route_addrs, service, stop })
+    }
+
+    /// The forward-proxy listener's address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The fixed routes' addresses, in `egress.routes` order.
+    pub fn route_addrs(&self) -> &[SocketAddr] {
+        &self.route_addrs
+    }
+
+    pub fn service(&self) -> &Arc<EgressService> {
+        &self.service
+    }
+
+    /// Stops accepting, then drops every connection still open (without blocking).
+    pub fn shutdown(&mut self) {
+        let _ = self.stop.send(true);
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Drop for Egress {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+// === impl EgressService ===
+
+impl EgressService {
+    pub fn new(config: &SidecarConfig) -> Result<Self, String> {
+        let egress = &config.egress;
+        let names = &config.inbound.headers;
+        let header = |s: &str| HeaderName::from_bytes(s.as_bytes()).map_err(|e| e.to_string());
+        let level_name = header(&names.level)?;
+        let shed_name = header(&names.shed)?;
+        Ok(EgressService {
+            levels: DownstreamLevels::new(
+                egress.level_expiry,
+                egress.max_authorities,
+                MonotonicClock::new(),
+            ),
+            stats: EgressStats::new(),
+            refusals: Refusals::new(
+                level_name.clone(),
+                shed_name.clone(),
+                config.inbound.retry_after,
+            ),
+            level_name,
+            shed_name,
+            priority: PriorityHeaders {
+                business: header(&names.business)?,
+                user: header(&names.user)?,
+                forward_user_id: true,
+                default: None,
+            },
+            // Unmarked traffic is what a downstream treats as its least important.
+            default_priority: config
+                .inbound
+                .default_priority()
+                .unwrap_or(Priority::LEAST_IMPORTANT),
+            timeout_header: header(&names.timeout)?,
+            default_budget: egress.default_budget,
+            protocol: egress.protocol,
+            resolver: forward::Resolver::new(
+                egress.timeouts.resolve,
+                egress.timeouts.resolve_ttl,
+                MAX_POOLS,
+            ),
+            client: ClientSettings {
+                connect_timeout: egress.timeouts.connect,
+                max_idle_http1: egress.max_idle_per_downstream,
+                idle_timeout: POOL_IDLE_TIMEOUT.min(egress.timeouts.idle),
+                h2_connections: H2_CONNECTIONS,
+            },
+            pools: Mutex::new(HashMap::new()),
+            body_read: egress.timeouts.body_read,
+            write: egress.timeouts.write,
+            conn: ConnLimits {
+                max_connections: egress.max_connections,
+                header_read: egress.timeouts.header_read,
+                idle: egress.timeouts.idle,
+                h2_max_concurrent_streams: egress.h2.max_concurrent_streams,
+            },
+        })
+    }
+
+    /// The per-downstream level cache.
+    pub fn levels(&self) -> &DownstreamLevels<MonotonicClock> {
+        &self.levels
+    }
+
+    pub fn stats(&self) -> &EgressStats {
+        &self.stats
+    }
+
+    /// Handles one request from the app (never fails: every problem is a response).
+    pub async fn handle(
+        &self,
+        route: Option<&Authority>,
+        req: Request<Incoming>,
+    ) -> Response<ResponseBody> {
+        let arrival = Instant::now();
+        let (parts, body) = req.into_parts();
+        let grpc = parts
+            .headers
+            .get(CONTENT_TYPE)
+            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
+        if parts.method == Method::CONNECT {
+            // A tunnel hides the downstream's responses, so its level could not be learnt.
+            return self.error(None, StatusCode::METHOD_NOT_ALLOWED, grpc);
+        }
+        let Some(authority) = forward::target_authority(route, &parts.uri, &parts.headers) else {
+            return self.error(None, StatusCode::BAD_REQUEST, grpc);
+        };
+        let priority = self.priority.read(&parts.headers, self.default_priority).priority;
+        let budget = self.budget(&parts.headers);
+        if budget.is_zero() {
+            self.stats.record(priority.business, EgressOutcome::ShedDeadline);
+            return self.refuse(&authority, grpc, EgressOutcome::ShedDeadline);
+        }
+        if self.levels.should_refuse(authority.as_str(), priority) {
+            self.stats.record(priority.business, EgressOutcome::ShedDownstream);
+            return self.refuse(&authority, grpc, EgressOutcome::ShedDownstream);
+        }
+        let deadline = arrival + budget;
+
+        let addr = match tokio::time::timeout_at(deadline.into(), self.resolver.resolve(&authority))
+            .await
+        {
+            Ok(Ok(addr)) => addr,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "egress: downstream has no address");
+                return self.error(Some(&authority), StatusCode::BAD_GATEWAY, grpc);
+            }
+            Err(_) => return self.error(Some(&authority), StatusCode::GATEWAY_TIMEOUT, grpc),
+        };
+        let endpoint = self.endpoint(addr);
+        let protocol = match self.protocol {
+            AppProtocol::Auto if parts.version == http::Version::HTTP_2 => Protocol::H2c,
+            AppProtocol::Auto | AppProtocol::Http1 => Protocol::Http1,
+            AppProtocol::H2c => Protocol::H2c,
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            self.stats.record(priority.business, EgressOutcome::ShedDeadline);
+            return self.refuse(&authority, grpc, EgressOutcome::ShedDeadline);
+        }
+        let head_request = parts.method == Method::HEAD;
+        let req = forward::downstream_request(
+            parts,
+            RequestBody::new(body, self.body_read),
+            protocol,
+            &authority,
+            remaining,
+            &self.timeout_header,
+        );
+        self.stats.record(priority.business, EgressOutcome::Admitted);
+        let sent = tokio::time::timeout_at(deadline.into(), endpoint.send(protocol, req)).await;
+        let crate::app_client::Exchange { response, lease } = match sent {
+            Ok(Ok(exchange)) => exchange,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, downstream = %authority, "egress request failed");
+                return self.error(Some(&authority), StatusCode::BAD_GATEWAY, grpc);
+            }
+            Err(_) => return self.error(Some(&authority), StatusCode::GATEWAY_TIMEOUT, grpc),
+        };
+        let (mut head, body) = response.into_parts();
+        let values = head.headers.get_all(&self.level_name).iter().map(HeaderValue::as_bytes);
+        if let Observation::Malformed(e) = self.levels.observe(authority.as_str(), values) {
+            tracing::debug!(error = %e, downstream = %authority, "egress: bad level header ignored");
+        }
+        forward::clean_response_headers(&mut head.headers);
+        if head_request || body.is_end_stream() {
+            lease.reusable();
+            return Response::from_parts(head, ResponseBody::empty());
+        }
+        let body = ResponseBody::pumped(body, self.body_read, self.write, move |ok| {
+            if ok {
+                lease.reusable();
+            }
+        });
+        Response::from_parts(head, body)
+    }
+
+    /// The caller's remaining budget: `grpc-timeout`, else the timeout header, else
+    /// `egress.default_budget`. An unparsable value counts as absent.
+    fn budget(&self, headers: &http::HeaderMap) -> Duration {
+        let grpc = headers
+            .get(forward::GRPC_TIMEOUT)
+            .and_then(|v| deadline::parse_grpc_timeout(v.as_bytes()));
+        grpc.or_else(|| {
+            headers.get(&self.timeout_header).and_then(|v| deadline::parse_timeout_ms(v.as_bytes()))
+        })
+        .unwrap_or(self.default_budget)
+    }
+
+    fn endpoint(&self, addr: SocketAddr) -> Arc<Endpoint> {
+        let mut pools = self.pools.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(e) = pools.get(&addr) {
+            return e.clone();
+        }
+        let endpoint = Arc::new(Endpoint::new(addr, self.client.clone()));
+        if pools.len() < MAX_POOLS {
+            pools.insert(addr, endpoint.clone());
+        }
+        endpoint
+    }
+
+    /// The downstream's fresh cached level, or fully open when nothing is known.
+    fn level_value(&self, authority: Option<&Authority>) -> HeaderValue {
+        let level = authority
+            .and_then(|a| self.levels.level(a.as_str()))
+            .unwrap_or(AdmissionLevel::FULLY_OPEN);
+        self.refusals.level_value(level)
+    }
+
+    fn refuse(
+        &self,
+        authority: &Authority,
+        grpc: bool,
+        outcome: EgressOutcome,
+    ) -> Response<ResponseBody> {
+        let reason = match outcome {
+            EgressOutcome::ShedDeadline => ShedReason::Deadline,
+            _ => ShedReason::Overload,
+        };
+        let (status, mut headers) = self.refusals.refusal_head(grpc, reason);
+        if outcome == EgressOutcome::ShedDownstream {
+            headers.insert(self.shed_name.clone(), HeaderValue::from_static(DOWNSTREAM_LEVEL));
+            if grpc {
+                headers.insert(
+                    HeaderName::from_static("grpc-message"),
+                    HeaderValue::from_static(DOWNSTREAM_GRPC_MESSAGE),
+                );
+            }
+        }
+        headers.insert(self.level_name.clone(), self.level_value(Some(authority)));
+        respond(status, headers)
+    }
+
+    fn error(
+        &self,
+        authority: Option<&Authority>,
+        status: StatusCode,
+        grpc: bool,
+    ) -> Response<ResponseBody> {
+        self.stats.errors.fetch_add(1, Relaxed);
+        let (status, mut headers) = self.refusals.error_head(status, grpc);
+        headers.insert(self.level_name.clone(), self.level_value(authority));
+        respond(status, headers)
+    }
+
+    /// Prometheus text for the egress role: `weir_requests_total{role="egress",..}` lines
+    /// (no HELP/TYPE: they join the inbound role's family), then the egress families.
+    pub fn render_requests(&self, out: &mut String) {
+        use std::fmt::Write;
+        for (business, counts) in self.stats.requests.iter().enumerate() {
+            for outcome in EgressOutcome::ALL {
+                let n = counts[outcome as usize].load(Relaxed);
+                if n > 0 {
+                    let _ = writeln!(
+                        out,
+                        "weir_requests_total{{role=\"egress\",business=\"{business}\",outcome=\"{}\"}} {n}",
+                        outcome.as_str()
+                    );
+                }
+            }
+        }
+    }
+
+    /// `weir_downstream_level{authority}` (at most `egress.max_authorities` series; an
+    /// expired level reads fully open, 32767) and the level-header counters.
+    pub fn render_families(&self, out: &mut String) {
+        use std::fmt::Write;
+        let _ = writeln!(
+            out,
+            "# HELP weir_downstream_level A downstream's cached admission level (business * 128 + user); 32767 when expired or unknown.\n\
+             # TYPE weir_downstream_level gauge"
+        );
+        self.levels.for_each(|authority, level| {
+            let v = level.unwrap_or(AdmissionLevel::FULLY_OPEN).compound();
+            let authority = authority.replace('\\', "\\\\").replace('"', "\\\"");
+            let _ = writeln!(out, "weir_downstream_level{{authority=\"{authority}\"}} {v}");
+        });
+        let c = self.levels.counters();
+        let _ = writeln!(
+            out,
+            "# HELP weir_downstream_level_headers_total Level headers on downstream responses by what the cache did with them.\n\
+             # TYPE weir_downstream_level_headers_total counter"
+        );
+        for (result, n) in [
+            ("cached", c.cached),
+            ("uncached_over_max_authorities", c.uncached),
+            ("absent", c.absent),
+            ("malformed", c.malformed),
+            ("repeated", c.repeated),
+        ] {
+            let _ = writeln!(out, "weir_downstream_level_headers_total{{result=\"{result}\"}} {n}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP weir_egress_errors_total Outbound requests answered with weir's own error (downstream unreachable, silent, or garbage).\n\
+             # TYPE weir_egress_errors_total counter\n\
+             weir_egress_errors_total {}",
+            self.stats.errors.load(Relaxed)
+        );
+    }
+}
+
+fn respond(status: StatusCode, headers: http::HeaderMap) -> Response<ResponseBody> {
+    let mut resp = Response::new(ResponseBody::empty());
+    *resp.status_mut() = status;
+    *resp.headers_mut() = headers;
+    resp
+}
+
+// === impl EgressStats ===
+
+impl EgressStats {
+    fn new() -> Self {
+        EgressStats {
+            requests: (0..256).map(|_| Default::default()).collect(),
+            errors: AtomicU64::new(0),
+        }
+    }
+
+    #[inline]
+    fn record(&self, business: u8, outcome: EgressOutcome) {
+        self.requests[business as usize][outcome as usize].fetch_add(1, Relaxed);
+    }
+
+    /// Requests of `business` with `outcome` so far.
+    pub fn count(&self, business: u8, outcome: EgressOutcome) -> u64 {
+        self.requests[business as usize][outcome as usize].load(Relaxed)
+    }
+
+    /// Requests with `outcome` so far, all classes.
+    pub fn total(&self, outcome: EgressOutcome) -> u64 {
+        self.requests.iter().map(|c| c[outcome as usize].load(Relaxed)).sum()
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.errors.load(Relaxed)
+    }
+}
+
+// === the listener ===
+
+/// Accepts until `stop` turns true (at most `max_connections` at once; beyond that a new
+/// connection is closed at once).
+async fn accept_loop(
+    listener: TcpListener,
+    service: Arc<EgressService>,
+    route: Option<Authority>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(service.conn.max_connections));
+    let route = route.map(Arc::new);
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                tracing::warn!(error = %e, "egress accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
+        let (service, route) = (service.clone(), route.clone());
+        tokio::spawn(async move {
+            serve_connection(stream, service, route).await;
+            drop(permit);
+        });
+    }
+}
+
+/// Requests of one app connection inside the egress, and when the last one left.
+struct ConnIdle {
+    origin: Instant,
+    busy: AtomicUsize,
+    idle_since_nanos: AtomicU64,
+}
+
+struct Busy<'a>(&'a ConnIdle);
+
+impl ConnIdle {
+    fn busy(&self) -> Busy<'_> {
+        self.busy.fetch_add(1, AcqRel);
+        Busy(self)
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        let since = self.0.origin.elapsed().as_nanos() as u64;
+        self.0.idle_since_nanos.store(since, Release);
+        self.0.busy.fetch_sub(1, AcqRel);
+    }
+}
+
+/// HTTP/1.1 or h2c (prior knowledge), by hyper's own detection; the first byte must come
+/// within `timeouts.header_read`, a complete HTTP/1.1 head within it too, and a connection
+/// with nothing inside for `timeouts.idle` is asked to close.
+async fn serve_connection(
+    stream: TcpStream,
+    service: Arc<EgressService>,
+    route: Option<Arc<Authority>>,
+) {
+    let _ = stream.set_nodelay(true);
+    let limits = service.conn.clone();
+    let mut first = [0u8; 1];
+    match tokio::time::timeout(limits.header_read, stream.peek(&mut first)).await {
+        Ok(Ok(n)) if n > 0 => {}
+        _ => return,
+    }
+    let idle = Arc::new(ConnIdle {
+        origin: Instant::now(),
+        busy: AtomicUsize::new(0),
+        idle_since_nanos: AtomicU64::new(0),
+    });
+    let handler = {
+        let idle = idle.clone();
+        service_fn(move |req| {
+            let (service, route, idle) = (service.clone(), route.clone(), idle.clone());
+            async move {
+                let _busy = idle.busy();
+                Ok::<_, Infallible>(service.handle(route.as_deref(), req).await)
+            }
+        })
+    };
+    let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+    builder.http1().timer(TokioTimer::new()).header_read_timeout(limits.header_read);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.h2_max_concurrent_streams);
+    let conn = builder.serve_connection(TokioIo::new(stream), handler);
+    let mut conn = pin!(conn);
+    let timer = tokio::time::sleep(limits.idle);
+    let mut timer = pin!(timer);
+    let mut closing = false;
+    loop {
+        tokio::select! {
+            result = conn.as_mut() => {
+                if let Err(e) = result {
+                    tracing::debug!(error = %e, "egress: app connection ended");
+                }
+                return;
+            }
+            () = timer.as_mut(), if !closing => {
+                let now = Instant::now();
+                if idle.busy.load(Acquire) > 0 {
+                    timer.as_mut().reset((now + limits.idle).into());
+                    continue;
+                }
+                let since = idle.origin + Duration::from_nanos(idle.idle_since_nanos.load(Acquire));
+                let at = since + limits.idle;
+                if at <= now {
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                } else {
+                    timer.as_mut().reset(at.into());
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn render_names_the_role_and_bounds_the_authorities() {
+        let mut config = SidecarConfig::default();
+        config.egress.max_authorities = 2;
+        let s = EgressService::new(&config).unwrap();
+        s.stats.record(3, EgressOutcome::ShedDownstream);
+        for a in ["a:1", "b:1", "c:1"] {
+            s.levels.observe(a, [&b"1.0"[..]]);
+        }
+        s.levels.observe("a:1", [&b"x"[..]]);
+        let mut out = String::new();
+        s.render_requests(&mut out);
+        s.render_families(&mut out);
+        assert!(out.contains(
+            "weir_requests_total{role=\"egress\",business=\"3\",outcome=\"shed_downstream\"} 1"
+        ));
+        assert_eq!(out.matches("weir_downstream_level{").count(), 2);
+        assert!(out.contains("weir_downstream_level{authority=\"a:1\"} 128"));
+        assert!(out.contains("result=\"malformed\"} 1"));
+        assert!(out.contains("result=\"uncached_over_max_authorities\"} 1"));
+    }
+}

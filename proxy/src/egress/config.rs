@@ -1,0 +1,195 @@
+//! The `egress:` section of the sidecar configuration.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use admission_core::downstream::{DEFAULT_EXPIRY, DEFAULT_MAX_AUTHORITIES};
+use admission_core::FieldError;
+use serde::Deserialize;
+
+use crate::config::AppProtocol;
+
+/// The egress role: the listener the app sends its outbound calls to.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressConfig {
+    /// Off unless enabled here or by `--egress ADDR`.
+    pub enabled: bool,
+    /// The forward-proxy listener: absolute-form requests (`HTTP_PROXY`), else routed by
+    /// `Host` / `:authority`.
+    pub listen: SocketAddr,
+    /// Fixed per-downstream listeners: everything arriving on `listen` goes to `target`.
+    pub routes: Vec<EgressRoute>,
+    /// How long a downstream's level is trusted without news (then it is probed again).
+    #[serde(with = "humantime_serde")]
+    pub level_expiry: Duration,
+    /// Downstream authorities whose level is cached (and exported as a metric label); the
+    /// responses of any further ones are counted, not cached.
+    pub max_authorities: usize,
+    /// Budget of an outbound request that carries no deadline.
+    #[serde(with = "humantime_serde")]
+    pub default_budget: Duration,
+    /// Protocol towards downstreams: `auto` (h2c for HTTP/2 callers), `http1` or `h2c`.
+    pub protocol: AppProtocol,
+    /// Accepted connections at once; beyond that, new ones are closed at once.
+    pub max_connections: usize,
+    /// Idle HTTP/1.1 connections kept per downstream address.
+    pub max_idle_per_downstream: usize,
+    /// Worker threads of the egress runtime.
+    pub threads: usize,
+    pub h2: EgressH2,
+    pub timeouts: EgressTimeouts,
+}
+
+/// One fixed per-downstream listener.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressRoute {
+    pub listen: SocketAddr,
+    /// `host:port` of the downstream (its sidecar's inbound listener).
+    pub target: String,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressH2 {
+    /// Streams one app connection may have open at once.
+    pub max_concurrent_streams: u32,
+}
+
+/// Every wait of the egress role, named. The downstream's response is bounded by the
+/// request's remaining budget, not by a setting.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EgressTimeouts {
+    /// From accept (or the previous response) to a complete request head.
+    #[serde(with = "humantime_serde")]
+    pub header_read: Duration,
+    /// An app connection with no request in flight is closed after this.
+    #[serde(with = "humantime_serde")]
+    pub idle: Duration,
+    /// Longest gap while reading a body (the app's request, the downstream's response).
+    #[serde(with = "humantime_serde")]
+    pub body_read: Duration,
+    /// Longest time without progress writing a response body to the app.
+    #[serde(with = "humantime_serde")]
+    pub write: Duration,
+    /// TCP connect to a downstream.
+    #[serde(with = "humantime_serde")]
+    pub connect: Duration,
+    /// Name resolution of a downstream authority.
+    #[serde(with = "humantime_serde")]
+    pub resolve: Duration,
+    /// A resolved address is used for this long, then the name is resolved again.
+    #[serde(with = "humantime_serde")]
+    pub resolve_ttl: Duration,
+}
+
+impl Default for EgressConfig {
+    fn default() -> Self {
+        EgressConfig {
+            enabled: false,
+            listen: ([127, 0, 0, 1], 15002).into(),
+            routes: Vec::new(),
+            level_expiry: DEFAULT_EXPIRY,
+            max_authorities: DEFAULT_MAX_AUTHORITIES,
+            default_budget: Duration::from_millis(500),
+            protocol: AppProtocol::Auto,
+            max_connections: 10_000,
+            max_idle_per_downstream: 64,
+            threads: 2,
+            h2: EgressH2::default(),
+            timeouts: EgressTimeouts::default(),
+        }
+    }
+}
+
+impl Default for EgressH2 {
+    fn default() -> Self {
+        EgressH2 { max_concurrent_streams: 256 }
+    }
+}
+
+impl Default for EgressTimeouts {
+    fn default() -> Self {
+        EgressTimeouts {
+            header_read: Duration::from_secs(10),
+            idle: Duration::from_secs(60),
+            body_read: Duration::from_secs(10),
+            write: Duration::from_secs(10),
+            connect: Duration::from_secs(1),
+            resolve: Duration::from_secs(1),
+            resolve_ttl: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Largest number of fixed routes.
+const MAX_ROUTES: usize = 256;
+/// Largest bound on cached authorities (each one a metric label value).
+const MAX_AUTHORITIES: usize = 4096;
+/// Longest duration accepted for any egress timeout or expiry.
+const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+impl EgressConfig {
+    /// Checks what serde cannot; the first problem wins, named by its field.
+    pub fn validate(&self) -> Result<(), FieldError> {
+        let bad = |field: &str, message: String| Err(FieldError::new(field, message));
+        for (field, n, min, max) in [
+            ("egress.max_authorities", self.max_authorities, 0, MAX_AUTHORITIES),
+            ("egress.max_connections", self.max_connections, 1, 1_000_000),
+            ("egress.max_idle_per_downstream", self.max_idle_per_downstream, 0, 100_000),
+            ("egress.threads", self.threads, 1, 1024),
+            (
+                "egress.h2.max_concurrent_streams",
+                self.h2.max_concurrent_streams as usize,
+                1,
+                65_536,
+            ),
+            ("egress.routes", self.routes.len(), 0, MAX_ROUTES),
+        ] {
+            if !(min..=max).contains(&n) {
+                return bad(field, format!("{n} is out of range {min}..={max}"));
+            }
+        }
+        let t = &self.timeouts;
+        for (field, value) in [
+            ("egress.level_expiry", self.level_expiry),
+            ("egress.default_budget", self.default_budget),
+            ("egress.timeouts.header_read", t.header_read),
+            ("egress.timeouts.idle", t.idle),
+            ("egress.timeouts.body_read", t.body_read),
+            ("egress.timeouts.write", t.write),
+            ("egress.timeouts.connect", t.connect),
+            ("egress.timeouts.resolve", t.resolve),
+            ("egress.timeouts.resolve_ttl", t.resolve_ttl),
+        ] {
+            if value.is_zero() || value > MAX_DURATION {
+                return bad(field, format!("{value:?} must be more than 0 and at most 1h"));
+            }
+        }
+        for (i, route) in self.routes.iter().enumerate() {
+            if let Err(e) = crate::egress::forward::parse_target(&route.target) {
+                return bad(&format!("egress.routes[{i}].target"), e);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_name_their_field() {
+        EgressConfig::default().validate().unwrap();
+        let mut c = EgressConfig::default();
+        c.timeouts.resolve = Duration::ZERO;
+        assert_eq!(c.validate().unwrap_err().path, "egress.timeouts.resolve");
+        let mut c = EgressConfig::default();
+        c.routes.push(EgressRoute { listen: ([127, 0, 0, 1], 0).into(), target: "b:80".into() });
+        c.routes.push(EgressRoute { listen: ([127, 0, 0, 1], 0).into(), target: "no port".into() });
+        assert_eq!(c.validate().unwrap_err().path, "egress.routes[1].target");
+    }
+}
