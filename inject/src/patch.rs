@@ -36,6 +36,8 @@ pub const MAX_INFLIGHT: &str = "weir.dev/max-inflight";
 pub const ENTRY: &str = "weir.dev/entry";
 pub const EGRESS: &str = "weir.dev/egress";
 pub const DEFAULT_CONTAINER: &str = "kubectl.kubernetes.io/default-container";
+/// `NO_PROXY` set with the egress proxy: loopback stays direct.
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 
 /// Which webhook sent the review (the URL path).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -320,13 +322,22 @@ pub fn plan(
                 .flatten()
                 .filter_map(|e| e.get("name").and_then(Value::as_str))
                 .collect();
-            // The app's own settings win.
+            // The app's own proxy settings win, as a pair: clients differ in which spelling
+            // they read first, so a container that names either keeps its own proxy.
+            let name = c.get("name").and_then(Value::as_str).unwrap_or("?");
+            if set.contains("HTTP_PROXY") || set.contains("http_proxy") {
+                warnings.push(format!(
+                    "{EGRESS}: container {name} sets its own HTTP proxy; its calls bypass weir's egress"
+                ));
+                continue;
+            }
+            let mut pairs = vec![("HTTP_PROXY", proxy.as_str()), ("http_proxy", proxy.as_str())];
+            // Calls to the pod itself (the sidecar's admin API, the app's own ports) stay direct.
+            if !set.contains("NO_PROXY") && !set.contains("no_proxy") {
+                pairs.extend([("NO_PROXY", NO_PROXY), ("no_proxy", NO_PROXY)]);
+            }
             let wanted: Vec<Value> =
-                [("HTTP_PROXY", proxy.as_str()), ("http_proxy", proxy.as_str())]
-                    .into_iter()
-                    .filter(|(k, _)| !set.contains(k))
-                    .map(|(k, v)| json!({"name": k, "value": v}))
-                    .collect();
+                pairs.into_iter().map(|(k, v)| json!({"name": k, "value": v})).collect();
             if env.is_some() {
                 for e in wanted {
                     add(format!("/spec/containers/{i}/env/-"), e);

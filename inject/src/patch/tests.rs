@@ -227,22 +227,32 @@ fn egress_sets_the_flag_and_http_proxy_unless_the_app_set_it() {
         .filter(|o| o.path.contains("/env"))
         .map(|o| (o.path.as_str(), &o.value))
         .collect();
+    let proxy = "http://127.0.0.1:15002";
     assert_eq!(
         env,
-        [
-            (
-                "/spec/containers/0/env",
-                &json!([
-                    {"name": "HTTP_PROXY", "value": "http://127.0.0.1:15002"},
-                    {"name": "http_proxy", "value": "http://127.0.0.1:15002"}
-                ])
-            ),
-            (
-                "/spec/containers/1/env/-",
-                &json!({"name": "http_proxy", "value": "http://127.0.0.1:15002"})
-            ),
-        ]
+        [(
+            "/spec/containers/0/env",
+            &json!([
+                {"name": "HTTP_PROXY", "value": proxy},
+                {"name": "http_proxy", "value": proxy},
+                {"name": "NO_PROXY", "value": NO_PROXY},
+                {"name": "no_proxy", "value": NO_PROXY}
+            ])
+        )],
+        "the worker keeps its own proxy"
     );
+    assert!(d.warnings[0].contains("container worker sets its own HTTP proxy"), "{:?}", d.warnings);
+    // An app with other env vars and its own NO_PROXY: appended, NO_PROXY left alone.
+    let mut p = pod(json!({"weir.dev/egress": "true"}));
+    p["spec"]["containers"][0]["env"] = json!([{"name": "NO_PROXY", "value": ".svc"}]);
+    let d = plan_ns(&p, &t);
+    let env: Vec<&str> = d
+        .patch
+        .iter()
+        .filter(|o| o.path == "/spec/containers/0/env/-")
+        .map(|o| o.value["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(env, ["HTTP_PROXY", "http_proxy"]);
     // Without an egress listener in the template: injected without egress, and told so.
     let d = plan_ns(&pod(json!({"weir.dev/egress": "true"})), &template("initContainers", None));
     assert_eq!(d.outcome, Outcome::Injected);
