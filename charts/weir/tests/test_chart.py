@@ -497,6 +497,7 @@ REJECTED = [
     ("injector-partial-tls", ["--set", "injector.tls.crt=x"], "set crt, key and caBundle together"),
     ("injector-pdb-not-a-number", ["--set", "injector.podDisruptionBudget.minAvailable=half"], "minAvailable"),
     ("injector-negative-replicas", ["--set", "injector.replicas=-1"], "replicas"),
+    ("egress-listen-not-loopback", ["--set", "injector.egressListen=0.0.0.0:15002"], "egressListen"),
     ("native-on-1.27", ["--kube-version", "1.27.0", "--set", "sidecar.native=true"], "needs Kubernetes >= 1.28"),
 ]
 
@@ -523,6 +524,16 @@ def check_single_injector_has_no_pdb(helm: Helm) -> None:
     assert out.returncode == 0, out.stderr
     kinds = [o["kind"] for o in yaml.load_all(out.stdout, Loader=Loader) if o]
     assert "Deployment" in kinds and "PodDisruptionBudget" not in kinds, "one replica must not get a blocking PDB"
+
+
+def check_egress_listen(helm: Helm) -> None:
+    """injector.egressListen reaches the template the injector reads (and only when set)."""
+    for extra, want in ((["--set", "injector.egressListen=127.0.0.1:15002"], "127.0.0.1:15002"), ([], None)):
+        out = helm.template("weir", "1.33.0", *extra)
+        assert out.returncode == 0, out.stderr
+        [cm] = [o for o in yaml.load_all(out.stdout, Loader=Loader)
+                if o and o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-injector-template")]
+        assert cm["data"].get("egress-listen") == want, cm["data"].get("egress-listen")
 
 
 def check_given_secrets(helm: Helm) -> None:
@@ -553,6 +564,7 @@ def main() -> int:
         ("chart versions", check_versions),
         ("given secrets land verbatim", lambda: check_given_secrets(helm)),
         ("one injector replica gets no PodDisruptionBudget", lambda: check_single_injector_has_no_pdb(helm)),
+        ("injector.egressListen reaches the injector template", lambda: check_egress_listen(helm)),
         ("NOTES (defaults)", lambda: check_notes(helm, "default-values.yaml", ["Injection webhook", "TLS generate", "port-forward"])),
         ("NOTES (injector off)", lambda: check_notes(helm, "default-values.yaml", ["injector is off"], "--set", "injector.enabled=false")),
         ("NOTES (injector)", lambda: check_notes(helm, "all-on-values.yaml", ["weir.dev/inject=enabled", "weir.dev/inject: \"false\""])),
