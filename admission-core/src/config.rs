@@ -18,23 +18,23 @@ pub enum Mode {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum Law {
-    /// The paper's law: target `(1 - alpha) * admitted` when overloaded, `(1 + beta) * admitted` otherwise.
-    /// The default: in the whole-system benchmark (BENCHMARKS.md), where the sidecar's
-    /// priority queue absorbs the transient, it kept more goodput and a lower p99 than
-    /// `goodput` at every load from 1.5x to 10x.
-    #[default]
+    /// The paper's law, exactly as published: target `(1 - alpha) * admitted` when
+    /// overloaded, `(1 + beta) * admitted` otherwise. Kept for comparison: it cuts a 3x
+    /// spike over ~20 windows and re-opens one bucket per window after it.
     Dagor,
     /// Measures the rate the app completes while saturated (gate drops excluded) and aims
     /// straight at it, minus what drains the backlog; inside the hysteresis band it sits
     /// at that capacity, and when relaxed it probes upwards by `beta`. In the simulator it
     /// settles in ~3 windows where dagor takes ~20-30 (see `examples/simulate`), but behind
-    /// the real sidecar it lost 5-9% goodput against dagor, so it is opt-in.
+    /// the real sidecar it lost 5-9% goodput against dagor. Kept for comparison.
     Goodput,
     /// Admits what the app completes: aims the level straight at the app's completion
     /// rate measured while weir's queue was busy (minus what drains the excess backlog
     /// within about a window), closes a window early when the queue grows fast so a spike
     /// is cut within `early_close_after` or two, sits at that rate inside the hysteresis
     /// band, and re-opens to the completion rate as soon as the queue is short again.
+    /// The default (README: the laws side by side in the simulator).
+    #[default]
     Capacity,
 }
 

@@ -310,6 +310,14 @@ impl<C: Clock> AdmissionEngine<C> {
         AdmissionLevel::from_compound(self.level.load(Relaxed)).unwrap_or_default()
     }
 
+    /// The capacity estimate of the goodput and capacity laws as of the last window,
+    /// requests per second; a lock-free read for the request path (the door's expected wait).
+    #[inline]
+    pub fn capacity_estimate(&self) -> Option<f64> {
+        let c = f64::from_bits(self.capacity_bits.load(Relaxed));
+        (c > 0.0).then_some(c)
+    }
+
     pub fn overloaded(&self) -> bool {
         self.overloaded.load(Relaxed)
     }

@@ -29,7 +29,7 @@ pub fn render(s: &Scrape<'_>) -> String {
         out.push('\n');
     }
     let engine = &s.status.engine;
-    let gauges: [(&str, &str, f64); 5] = [
+    let gauges: [(&str, &str, f64); 6] = [
         (
             "weir_admission_level",
             "Current admission level as business * 128 + user; 32767 admits everything.",
@@ -41,6 +41,11 @@ pub fn render(s: &Scrape<'_>) -> String {
             bool_f(engine.overloaded),
         ),
         ("weir_inflight", "Requests currently at the app.", s.status.inflight as f64),
+        (
+            "weir_inflight_limit",
+            "The in-flight limit in force (adaptive by default; max_inflight is its ceiling).",
+            s.status.max_inflight as f64,
+        ),
         (
             "weir_queue_depth",
             "Requests waiting for an in-flight slot.",

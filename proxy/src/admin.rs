@@ -168,7 +168,7 @@ impl WindowTimer {
                 // The wait on the stop channel is the tick: it returns on stop, on the
                 // sender's drop, or after TICK.
                 while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(TICK) {
-                    shared.engine.tick();
+                    shared.control_tick();
                     if Instant::now() >= next_upkeep {
                         prometheus.run_upkeep();
                         next_upkeep += UPKEEP;

@@ -33,8 +33,13 @@ pub struct InboundConfig {
     pub app: SocketAddr,
     /// How to speak to the app.
     pub app_protocol: AppProtocol,
-    /// Requests forwarded to the app at once; the rest wait in the pending queue.
+    /// Requests forwarded to the app at once; the rest wait in the pending queue. With
+    /// `adaptive_inflight` (the default) this is the ceiling of the adaptive limit.
     pub max_inflight: usize,
+    /// Find the app's concurrency from its own response times and limit the requests in
+    /// flight to it (plus a margin), so the queue forms in the sidecar, where the queuing
+    /// time sees it, rather than inside the app. `false`: exactly `max_inflight`.
+    pub adaptive_inflight: bool,
     /// Requests allowed to wait for a slot; beyond that, refused with `x-weir-shed: overload`.
     pub max_queued: usize,
     /// Budget of a request that carries no deadline, and the longest a request may wait.

@@ -82,6 +82,21 @@ impl InflightLimit {
         self.state().max_queued
     }
 
+    /// When the request that has waited longest joined the queue; `None` when empty.
+    pub fn oldest_waiting_since(&self) -> Option<std::time::Instant> {
+        self.state().waiting.oldest_since()
+    }
+
+    /// Requests waiting that would be served before a newcomer at `p` (as or more important).
+    pub fn waiting_ahead_of(&self, p: Priority) -> usize {
+        self.state().waiting.ahead_of(p)
+    }
+
+    /// Whether a request less important than `p` is waiting.
+    pub fn less_important_waiting(&self, p: Priority) -> bool {
+        self.state().waiting.any_less_important_than(p)
+    }
+
     /// Requests waiting for a slot now.
     pub fn queued(&self) -> usize {
         self.state().waiting.len()

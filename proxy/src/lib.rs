@@ -9,6 +9,7 @@
 //! - [`inbound`]: the same request path on pingora (`inbound.data_plane: pingora`).
 //! - [`egress`]: the egress role (outbound calls; refuses what a downstream would shed).
 //! - [`inflight`]: the in-flight limit and the bounded pending queue.
+//! - [`control_loop`]: the adaptive in-flight limit and the queue state the engine sees.
 //! - [`priority`]: priority from headers (inner hop) or the priority table (entry).
 //! - [`refusal`]: refusal responses per the wire contract.
 //! - [`admin`]: the control API thread and the engine's timer.
@@ -20,6 +21,7 @@ pub mod app_time;
 pub mod body;
 pub mod cli;
 pub mod config;
+pub mod control_loop;
 pub mod deadline;
 pub mod demo;
 pub mod egress;

@@ -22,7 +22,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use admission_core::audit::Outcome;
-use admission_core::{residence_gate, Decision, GateDecision, Priority};
+use admission_core::gate::{deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage};
+use admission_core::{AdmissionLevel, Decision, Priority};
 use http::header::CONTENT_TYPE;
 use http::{HeaderName, Method, Request, Response, StatusCode};
 use hyper::body::{Body, Incoming};
@@ -198,6 +199,20 @@ impl Inbound {
                 (slot, false)
             }
             None => {
+                // The door: a request that would wait longer than its budget allows is
+                // refused now, with a fast 503, rather than after the wait.
+                if !self.shadow() && self.expects_too_long_a_wait(arrival, deadline, priority) {
+                    return self.refuse(grpc, ShedReason::Overload, priority);
+                }
+                self.shared.control.on_queued();
+                // While queued, it is refused as soon as its budget no longer covers the
+                // app's typical time, not when it reaches the head.
+                let give_up = if self.shadow() {
+                    deadline + self.task_timeout
+                } else {
+                    self.give_up_at(arrival, deadline)
+                };
+                let give_up = tokio::time::sleep_until(give_up.into());
                 // HTTP/1.1: read the body ahead while queued, or a caller who leaves is not
                 // seen leaving (h2 callers reset the stream, which drops this future).
                 let watch_body = parts.version < http::Version::HTTP_2 && !body.is_end_stream();
@@ -206,9 +221,14 @@ impl Inbound {
                         biased;
                         waited = self.wait_for_slot(conn, priority) => waited,
                         () = body.caller_gone() => return self.error(StatusCode::BAD_REQUEST, grpc),
+                        () = give_up => return self.refuse(grpc, ShedReason::Deadline, priority),
                     }
                 } else {
-                    self.wait_for_slot(conn, priority).await
+                    tokio::select! {
+                        biased;
+                        waited = self.wait_for_slot(conn, priority) => waited,
+                        () = give_up => return self.refuse(grpc, ShedReason::Deadline, priority),
+                    }
                 };
                 match waited {
                     Ok((slot, over_bound)) => {
@@ -223,16 +243,23 @@ impl Inbound {
         // Gate. Without a wait, the arrival is "now" to within microseconds.
         let now = if queued { Instant::now() } else { arrival };
         let clock = engine.clock();
-        let gate = residence_gate(
-            clock.nanos_at(arrival),
-            clock.nanos_at(now),
-            clock.nanos_at(deadline),
-            self.task_timeout.as_nanos() as u64,
-        );
-        let late = queued
-            && (deadline.saturating_duration_since(now) < self.shared.app_time.typical()
-                || self.waited_out(arrival));
-        if gate != GateDecision::Forward || late {
+        let check = DeadlineCheck {
+            arrival: clock.nanos_at(arrival),
+            now: clock.nanos_at(now),
+            deadline: clock.nanos_at(deadline),
+            task_timeout: self.task_timeout.as_nanos() as u64,
+            typical_app: self.shared.app_time.typical().as_nanos() as u64,
+            overloaded: engine.overloaded() || engine.level() != AdmissionLevel::FULLY_OPEN,
+            overload_max_wait: self.overload_max_wait.as_nanos() as u64,
+            // Only asked when it matters (a long wait under overload): it takes the lock.
+            less_important_waiting: queued
+                && !self.overload_max_wait.is_zero()
+                && now.saturating_duration_since(arrival) > self.overload_max_wait
+                && self.shared.limit.less_important_waiting(priority),
+            queued,
+            ..DeadlineCheck::default()
+        };
+        if !deadline_gate(Stage::Dequeue, &check).is_forward() {
             if !self.shadow() {
                 drop(slot);
                 // The queuing sample counted it as dispatched; it never reached the app, so
@@ -304,12 +331,36 @@ impl Inbound {
         self.shared.engine.mode() == admission_core::Mode::Shadow
     }
 
-    /// Under overload, a request that waited longer than `overload_max_wait` is backlog the
-    /// admission level has not cut yet: drop it so the queue stops delaying everyone.
-    fn waited_out(&self, arrival: Instant) -> bool {
-        !self.overload_max_wait.is_zero()
-            && self.shared.engine.overloaded()
-            && arrival.elapsed() > self.overload_max_wait
+    /// The door's question: would the wait (the waiters served before this request, over
+    /// the app's completion rate) plus the app's typical time overrun the budget?
+    fn expects_too_long_a_wait(&self, arrival: Instant, deadline: Instant, p: Priority) -> bool {
+        let ahead = self.shared.limit.waiting_ahead_of(p);
+        if ahead == 0 {
+            return false;
+        }
+        let rate = self.shared.engine.capacity_estimate().or_else(|| {
+            let r = self.shared.control.status().completions_per_sec;
+            (r > 0.0).then_some(r)
+        });
+        let clock = self.shared.engine.clock();
+        let check = DeadlineCheck {
+            arrival: clock.nanos_at(arrival),
+            now: clock.nanos_at(Instant::now()),
+            deadline: clock.nanos_at(deadline),
+            task_timeout: self.task_timeout.as_nanos() as u64,
+            typical_app: self.shared.app_time.typical().as_nanos() as u64,
+            expected_wait: expected_wait(ahead, rate),
+            ..DeadlineCheck::default()
+        };
+        !deadline_gate(Stage::Door, &check).is_forward()
+    }
+
+    /// When a waiting request stops being worth serving (see [`give_up_at`]).
+    fn give_up_at(&self, arrival: Instant, deadline: Instant) -> Instant {
+        let budget = deadline.saturating_duration_since(arrival).as_nanos() as u64;
+        let typical = self.shared.app_time.typical().as_nanos() as u64;
+        let at = give_up_at(0, budget, self.task_timeout.as_nanos() as u64, typical);
+        arrival + Duration::from_nanos(at)
     }
 
     fn refuse(&self, grpc: bool, reason: ShedReason, priority: Priority) -> Early {
@@ -334,7 +385,7 @@ impl Inbound {
         parts: http::request::Parts,
         body: EarlyBody,
         deadline: Instant,
-        exchange: AppExchange,
+        mut exchange: AppExchange,
         grpc: bool,
     ) -> Early {
         let protocol = match self.app_protocol {
@@ -366,6 +417,7 @@ impl Inbound {
                 return self.error(StatusCode::GATEWAY_TIMEOUT, grpc);
             }
         };
+        exchange.headers_received();
         let (mut head, body) = response.into_parts();
         forward::clean_response_headers(&mut head.headers);
         // A HEAD response has no body, whatever an app streams after it (an h2 app that does

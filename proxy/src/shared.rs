@@ -8,12 +8,15 @@ use admission_core::AdmissionEngine;
 use control_api::{SidecarStatus, SidecarView, TableStore};
 
 use crate::app_time::AppTime;
+use crate::control_loop::ControlLoop;
 use crate::inflight::InflightLimit;
 
 /// State shared by the request path, the admin API and the drain logic.
 pub struct Shared {
     pub engine: AdmissionEngine,
     pub limit: Arc<InflightLimit>,
+    /// Drives `limit` from the app's response times; feeds the engine the queue's state.
+    pub control: ControlLoop,
     pub audit: Arc<AuditCounters>,
     pub table: Arc<TableStore>,
     /// How long the app typically takes per request.
@@ -41,6 +44,12 @@ impl Shared {
 
     pub fn draining(&self) -> bool {
         self.draining.load(Acquire)
+    }
+
+    /// The window timer's turn (every 50 ms): the queue's depth and oldest waiter to the
+    /// engine (which closes windows, early ones included), and the adaptive limit.
+    pub fn control_tick(&self) {
+        self.control.tick(&self.engine, &self.limit);
     }
 
     pub(crate) fn start_draining(&self) {

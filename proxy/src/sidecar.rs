@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use admission_core::audit::AuditCounters;
-use admission_core::AdmissionEngine;
+use admission_core::{AdmissionEngine, Clock};
 use control_api::{SidecarStatus, SidecarView, TableStore};
 use pingora::server::{ExecutionPhase, RunArgs};
 use tokio::sync::{broadcast, watch};
@@ -16,6 +16,7 @@ use tokio::sync::{broadcast, watch};
 use crate::admin::AdminThread;
 use crate::app_time::AppTime;
 use crate::config::{DataPlane, SidecarConfig};
+use crate::control_loop::ControlLoop;
 use crate::inflight::InflightLimit;
 use crate::plane::HyperPlane;
 use crate::server::{build_server, reserve};
@@ -87,12 +88,19 @@ impl Sidecar {
         let metrics = ProxyMetrics::register();
         let table = crate::admin::initial_table(&config)
             .map_err(|e| StartError::Config { field: e.path, message: e.message })?;
+        let engine = AdmissionEngine::with_config(&config.admission);
+        let control = ControlLoop::new(
+            config.inbound.max_inflight,
+            config.inbound.adaptive_inflight,
+            engine.clock().now(),
+        );
         let shared = Arc::new(Shared {
-            engine: AdmissionEngine::with_config(&config.admission),
-            limit: InflightLimit::new(config.inbound.max_inflight, config.inbound.max_queued),
+            limit: InflightLimit::new(control.limit(), config.inbound.max_queued),
+            engine,
+            control,
             audit: Arc::new(AuditCounters::new()),
             table: TableStore::new(table),
-            app_time: AppTime::default(),
+            app_time: AppTime::with_cap(config.inbound.task_timeout),
             active: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
         });
@@ -164,6 +172,8 @@ impl Sidecar {
 
     /// Changes the in-flight limit while running.
     pub fn set_max_inflight(&self, n: usize) {
+        // A limit set by hand stays: the adaptive limit stops moving it.
+        self.shared.control.set_fixed(n, self.shared.engine.clock().now());
         self.shared.limit.set_limit(n);
     }
 

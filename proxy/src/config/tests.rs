@@ -14,7 +14,8 @@ fn embedded_default_parses_with_documented_defaults() {
 #[test]
 fn empty_document_means_defaults() {
     let c = SidecarConfig::from_yaml("{}").unwrap();
-    assert_eq!(c.inbound.max_inflight, 64);
+    assert_eq!(c.inbound.max_inflight, 256);
+    assert!(c.inbound.adaptive_inflight);
     assert_eq!(c.inbound.max_queued, 1024);
 }
 

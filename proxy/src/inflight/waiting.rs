@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use admission_core::Priority;
 
@@ -39,7 +40,7 @@ struct Key {
 
 #[derive(Debug)]
 enum Entry {
-    Waiting { key: Key, waker: Option<Waker> },
+    Waiting { key: Key, waker: Option<Waker>, since: Instant },
     Done(Outcome),
     Vacant,
 }
@@ -58,7 +59,7 @@ impl Waiting {
     pub(super) fn push(&mut self, priority: Priority) -> Ticket {
         let key = Key { priority: priority.compound(), seq: self.next_seq };
         self.next_seq += 1;
-        let entry = Entry::Waiting { key, waker: None };
+        let entry = Entry::Waiting { key, waker: None, since: Instant::now() };
         let index = match self.vacant.pop() {
             Some(i) => {
                 self.entries[i] = entry;
@@ -71,6 +72,26 @@ impl Waiting {
         };
         self.order.insert(key, index);
         Ticket(index)
+    }
+
+    /// When the longest-waiting request joined (arrival order is `seq` order). Walks the
+    /// queue: called from the 50 ms timer, on a queue of at most `max_queued`.
+    pub(super) fn oldest_since(&self) -> Option<Instant> {
+        let (_, &index) = self.order.iter().min_by_key(|(key, _)| key.seq)?;
+        match self.entries[index] {
+            Entry::Waiting { since, .. } => Some(since),
+            Entry::Done(_) | Entry::Vacant => None,
+        }
+    }
+
+    /// Waiters at least as important as `p` (who would be served before a newcomer at `p`).
+    pub(super) fn ahead_of(&self, p: Priority) -> usize {
+        self.order.range(..=Key { priority: p.compound(), seq: u64::MAX }).count()
+    }
+
+    /// Whether anyone less important than `p` waits.
+    pub(super) fn any_less_important_than(&self, p: Priority) -> bool {
+        self.order.last_key_value().is_some_and(|(key, _)| key.priority > p.compound())
     }
 
     /// Grants the most important waiter (the caller counts it in flight); its waker to wake.

@@ -1,13 +1,17 @@
 //! One request's turn at the app: the in-flight slot it holds and how the turn ends.
 //!
-//! - [`AppExchange::done`]: the app's response ended; its duration feeds the app-time
-//!   estimate and the slot is released.
+//! - [`AppExchange::headers_received`]: the app answered; the time from dispatch to its
+//!   response headers is the app's own time (neither the caller's upload nor its download
+//!   is in it): it feeds the app-time estimate, the engine's completion count and the
+//!   adaptive in-flight limit.
+//! - [`AppExchange::done`]: the app's response ended; the slot is released.
 //! - [`AppExchange::failed`]: the app failed, timed out, or the response could not be
 //!   delivered; the slot is released.
 //! - dropped without either: the caller left while the app was working on its request. The
 //!   app most likely still is (the connection to it is closed, but an app rarely notices
-//!   mid-request), so the slot is held for the app's expected remaining time; releasing it
-//!   at once would let the app's own queue grow unseen by the queuing-time detector.
+//!   mid-request), so the slot is held for the app's expected remaining time, never longer
+//!   than its typical time; releasing it at once would let the app's own queue grow unseen
+//!   by the queuing-time detector.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -19,15 +23,26 @@ pub(super) struct AppExchange {
     slot: Option<Slot>,
     dispatched: Instant,
     shared: Arc<Shared>,
+    answered: bool,
 }
 
 impl AppExchange {
     pub(super) fn new(slot: Slot, dispatched: Instant, shared: Arc<Shared>) -> Self {
-        AppExchange { slot: Some(slot), dispatched, shared }
+        shared.control.on_dispatch(shared.limit.inflight());
+        AppExchange { slot: Some(slot), dispatched, shared, answered: false }
+    }
+
+    /// The app's response headers arrived.
+    pub(super) fn headers_received(&mut self) {
+        if std::mem::replace(&mut self.answered, true) {
+            return;
+        }
+        let took = self.dispatched.elapsed();
+        self.shared.app_time.record(took);
+        self.shared.control.on_response(took, &self.shared.engine, &self.shared.limit);
     }
 
     pub(super) fn done(mut self) {
-        self.shared.app_time.record(self.dispatched.elapsed());
         self.slot = None;
     }
 
@@ -39,10 +54,11 @@ impl AppExchange {
 impl Drop for AppExchange {
     fn drop(&mut self) {
         let Some(slot) = self.slot.take() else { return };
-        // An eighth more than typical: holding a little long costs a little throughput only
-        // when callers leave; releasing early lets the app's own queue grow.
+        // The app's typical time (dispatch to response headers, capped) less what it has
+        // had: releasing earlier lets the app's own queue grow unseen; holding longer would
+        // let callers who hang up keep slots beyond the app's own service time.
         let typical = self.shared.app_time.typical();
-        let left = (typical + typical / 8).saturating_sub(self.dispatched.elapsed());
+        let left = typical.saturating_sub(self.dispatched.elapsed());
         if left.is_zero() {
             return;
         }

@@ -1,0 +1,106 @@
+//! The proxy's half of the control loop: it drives the in-flight limit from the app's own
+//! response times ([`AdaptiveLimit`]) and feeds the engine what the request path alone
+//! cannot show it: the queue's depth and the age of its oldest waiter (so a stalled app,
+//! from which nothing leaves the queue, reads as overloaded), and the app's completions
+//! (what the capacity law aims at).
+//!
+//! The window timer calls [`ControlLoop::tick`] every 50 ms; the request path calls
+//! [`ControlLoop::on_dispatch`], [`ControlLoop::on_queued`] and
+//! [`ControlLoop::on_response`]. Everything here is a short lock around a pure struct.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use admission_core::adaptive_limit::{AdaptiveLimit, AdaptiveLimitConfig, LimitStatus};
+use admission_core::{AdmissionEngine, Clock, MonotonicClock};
+
+use crate::inflight::InflightLimit;
+
+/// The adaptive limit and its inputs.
+#[derive(Debug)]
+pub struct ControlLoop {
+    adaptive: Mutex<AdaptiveLimit>,
+}
+
+impl ControlLoop {
+    /// `ceiling` is `inbound.max_inflight`; with `adaptive` off the limit stays there.
+    pub fn new(ceiling: usize, adaptive: bool, now: u64) -> Self {
+        let limit = if adaptive {
+            AdaptiveLimit::new(
+                AdaptiveLimitConfig { ceiling, ..AdaptiveLimitConfig::default() },
+                now,
+            )
+        } else {
+            AdaptiveLimit::fixed(ceiling, now)
+        };
+        ControlLoop { adaptive: Mutex::new(limit) }
+    }
+
+    fn adaptive(&self) -> MutexGuard<'_, AdaptiveLimit> {
+        // Nothing under the lock can panic midway; a poisoned lock still holds a usable state.
+        self.adaptive.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// From now on the limit is `n`, whatever the app does.
+    pub fn set_fixed(&self, n: usize, now: u64) {
+        *self.adaptive() = AdaptiveLimit::fixed(n, now);
+    }
+
+    /// The limit in force now (apply it with [`InflightLimit::set_limit`]).
+    pub fn limit(&self) -> usize {
+        self.adaptive().limit()
+    }
+
+    pub fn status(&self) -> LimitStatus {
+        self.adaptive().status()
+    }
+
+    /// A request got its slot; `inflight` counts it.
+    pub fn on_dispatch(&self, inflight: usize) {
+        self.adaptive().on_dispatch(inflight);
+    }
+
+    /// A request had to wait for a slot: the limit binds.
+    pub fn on_queued(&self) {
+        self.adaptive().on_waiting();
+    }
+
+    /// The app's response headers arrived `rtt` after dispatch.
+    pub fn on_response(
+        &self,
+        rtt: Duration,
+        engine: &AdmissionEngine<MonotonicClock>,
+        limit: &InflightLimit,
+    ) {
+        engine.record_completion();
+        let next = {
+            let mut adaptive = self.adaptive();
+            adaptive.on_response(rtt);
+            // A probe lasts a few milliseconds: end it on the response that sees it over.
+            adaptive.tick(engine.clock().now())
+        };
+        if next != limit.limit() {
+            limit.set_limit(next);
+        }
+    }
+
+    /// The timer's turn: report the queue to the engine (which closes windows, early ones
+    /// included), and move the limit.
+    pub fn tick(&self, engine: &AdmissionEngine<MonotonicClock>, limit: &InflightLimit) {
+        let depth = limit.queued();
+        let oldest = limit
+            .oldest_waiting_since()
+            .map_or(Duration::ZERO, |since| Instant::now().saturating_duration_since(since));
+        engine.observe_queue(depth, oldest);
+        let next = {
+            let mut adaptive = self.adaptive();
+            if depth > 0 {
+                adaptive.on_waiting();
+            }
+            adaptive.tick(engine.clock().now())
+        };
+        if next != limit.limit() {
+            limit.set_limit(next);
+        }
+    }
+}
