@@ -75,6 +75,19 @@ fn num_opt(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{v:.0}"))
 }
 
+/// A follow time, or `unchanged` when the value settled within its band of where it was.
+fn follow_fmt(
+    secs: Option<f64>,
+    before: Option<f64>,
+    after: Option<f64>,
+    band: impl Fn(f64) -> f64,
+) -> String {
+    match (secs, before, after) {
+        (None, Some(b), Some(a)) if (a - b).abs() <= band(a) => "unchanged".into(),
+        _ => analysis_fmt(secs),
+    }
+}
+
 /// Per-class figures as "a / b / c".
 fn per_class(values: impl Iterator<Item = String>) -> String {
     values.collect::<Vec<_>>().join(" / ")
@@ -216,7 +229,8 @@ pub fn overload_markdown(r: &BenchResult) -> String {
         let _ = writeln!(
             s,
             "\n#### App {} slows to 2S and recovers ({:.1}x its normal capacity offered; {} s per phase)\n\n\
-             follows: until the value stays within a quarter of where it settles (limit; at least 1) or a quarter class (level, clamped at 3.0).\n",
+             follows: until the value stays within a quarter of where it settles (limit; at least 1) or a quarter class (level, clamped at 3.0); \
+             `unchanged` when it settles within that band of where it was.\n",
             shift.app,
             shift.multiple,
             c.shift_phase.as_secs()
@@ -235,10 +249,11 @@ pub fn overload_markdown(r: &BenchResult) -> String {
                 f.service_ms,
                 num_opt(f.limit_before),
                 num_opt(f.limit_after),
-                analysis_fmt(f.limit_follow_secs),
+                follow_fmt(f.limit_follow_secs, f.limit_before, f.limit_after, |t| (t / 4.0)
+                    .max(1.0)),
                 level(f.level_before),
                 level(f.level_after),
-                analysis_fmt(f.level_follow_secs),
+                follow_fmt(f.level_follow_secs, f.level_before, f.level_after, |_| 32.0),
                 shift
                     .phase_success
                     .get(i + 1)
@@ -255,16 +270,17 @@ pub fn overload_markdown(r: &BenchResult) -> String {
         );
         let _ = writeln!(
             s,
-            "| sent during the stall | ok / refused / no answer in 1.5 s | answered p99 / max | answered within 600 ms | /v1/status overloaded after | level open again after the app's return | every class >= 99% after | critical success before the stall |"
+            "| sent during the stall | ok / refused (503) / other answer (e.g. 504) / no answer in 1.5 s | answered p99 / max | answered within 600 ms | /v1/status overloaded after | level open again after the app's return | every class >= 99% after | critical success before the stall |"
         );
         let _ = writeln!(s, "|---:|---:|---:|---:|---:|---:|---:|---:|");
         let _ = writeln!(
             s,
-            "| {} | {} / {} / {} | {} / {} ms | {} | {} | {} | {} | {} |",
+            "| {} | {} / {} / {} / {} | {} / {} ms | {} | {} | {} | {} | {} |",
             d.sent,
             d.ok,
             d.refused,
-            d.timed_out + d.errors,
+            d.errors,
+            d.timed_out,
             ms_opt(stall.answered_p99_ms),
             ms_opt(stall.answered_max_ms),
             pct(stall.answered_within_600ms),

@@ -192,6 +192,8 @@ pub struct Follow {
     pub limit_after: Option<f64>,
     pub limit_follow_secs: Option<f64>,
     /// Levels clamped to [`LEVEL_ALL_OPEN`] (anything above admits every class in use).
+    /// Follow times are None both when the value never settled and when it did not move
+    /// beyond its band (`after` within the band of `before`); the report tells them apart.
     pub level_before: Option<f64>,
     pub level_after: Option<f64>,
     pub level_follow_secs: Option<f64>,
@@ -429,7 +431,7 @@ fn opt(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{v:.0}"))
 }
 
-/// Starts the app and offers 1.5x its nominal capacity directly for 3 s, counting
+/// Starts the app and offers 1.2x its nominal capacity directly for 4 s, counting
 /// completions per second once it is saturated.
 async fn measure(config: BackendConfig, scenario: &ScenarioConfig) -> anyhow::Result<App> {
     let mut plain = config.clone();
@@ -438,7 +440,9 @@ async fn measure(config: BackendConfig, scenario: &ScenarioConfig) -> anyhow::Re
     let backend = CapacityBackend::start(plain).await?;
     let nominal = backend.config().nominal_capacity();
     anyhow::ensure!(nominal.is_finite(), "the overload benchmark needs a non-zero service time");
-    let phases = vec![Phase { rate_per_sec: nominal * 1.5, duration: Duration::from_secs(3) }];
+    // 1.2x: enough to keep every worker busy, without a backlog (and a connection per
+    // waiting request) that would load the shared CPU and understate the app.
+    let phases = vec![Phase { rate_per_sec: nominal * 1.2, duration: Duration::from_secs(4) }];
     let mut spec = scenario.spec(backend.addr(), phases, &scenario.mixes[0]);
     // Nobody gives up during the measurement, so an app that cancels abandoned work
     // (`cancel_on_disconnect`) is measured at full speed too.
@@ -447,10 +451,10 @@ async fn measure(config: BackendConfig, scenario: &ScenarioConfig) -> anyhow::Re
     // Sample the completion counter at fixed offsets: the first second fills the queue.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let first = backend.snapshot().completed;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
     let second = backend.snapshot().completed;
     run.finish().await?;
-    let measured = (second - first) as f64 / 2.0;
+    let measured = (second - first) as f64 / 3.0;
     anyhow::ensure!(measured > 0.0, "the backend completed nothing while saturated");
     Ok(App {
         label: app_label(&config),
@@ -646,21 +650,15 @@ async fn shift_run(app: &App, config: &ScenarioConfig) -> anyhow::Result<ShiftRe
                 limit_before,
                 limit_after,
                 // Within a quarter (and at least one slot) of where it settles.
-                limit_follow_secs: limit_after.and_then(|target| {
-                    workload_analysis::follow_secs(
-                        &limits,
-                        at,
-                        next,
-                        target,
-                        (target / 4.0).max(1.0),
-                    )
+                // Within a quarter (and at least one slot) of where it settles.
+                limit_follow_secs: follow(&limits, at, next, limit_before, limit_after, |t| {
+                    (t / 4.0).max(1.0)
                 }),
                 level_before,
                 level_after,
                 // Within a quarter of a business class of where it settles.
-                level_follow_secs: level_after.and_then(|target| {
-                    workload_analysis::follow_secs(&levels, at, next, target, 32.0)
-                }),
+                // Within a quarter of a business class of where it settles.
+                level_follow_secs: follow(&levels, at, next, level_before, level_after, |_| 32.0),
             }
         })
         .collect();
@@ -679,6 +677,24 @@ async fn shift_run(app: &App, config: &ScenarioConfig) -> anyhow::Result<ShiftRe
         timeline: timeline(&run.report.events, 3, 0.25),
         status: run.status,
     })
+}
+
+/// Seconds after `at` until `samples` stay within `band(after)` of `after`; None when it
+/// never does, or when `after` is within that band of `before` (nothing to follow).
+fn follow(
+    samples: &[(f64, f64)],
+    at: f64,
+    next: f64,
+    before: Option<f64>,
+    after: Option<f64>,
+    band: impl Fn(f64) -> f64,
+) -> Option<f64> {
+    let (before, after) = (before?, after?);
+    let band = band(after);
+    if (after - before).abs() <= band {
+        return None;
+    }
+    workload_analysis::follow_secs(samples, at, next, after, band)
 }
 
 async fn stall_run(app: &App, config: &ScenarioConfig) -> anyhow::Result<StallResult> {
