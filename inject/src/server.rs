@@ -72,6 +72,25 @@ pub struct State {
     pub limits: Limits,
     /// Set on SIGTERM: `/ready` fails so endpoints drop this pod while it still serves.
     pub draining: AtomicBool,
+    pub warn_gate: WarnGate,
+}
+
+/// Lets one warning a second through.
+#[derive(Debug, Default)]
+pub struct WarnGate {
+    last: std::sync::atomic::AtomicU64,
+    epoch: std::sync::OnceLock<Instant>,
+}
+
+impl WarnGate {
+    pub fn allow(&self) -> bool {
+        let epoch = *self.epoch.get_or_init(Instant::now);
+        // Seconds since the first call, plus one so the first call passes.
+        let now = epoch.elapsed().as_secs() + 1;
+        let last = self.last.load(Ordering::Relaxed);
+        now > last
+            && self.last.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+    }
 }
 
 /// Serves until `shutdown` turns true, then lets open connections finish for
@@ -91,7 +110,14 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(state.limits.header_read_timeout)
         .keep_alive(true);
-    builder.http2().timer(TokioTimer::new()).max_concurrent_streams(64);
+    // Pings reap HTTP/2 connections whose peer vanished (idle HTTP/1.1 ones end at the
+    // header read timeout).
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(64)
+        .keep_alive_interval(Some(Duration::from_secs(30)))
+        .keep_alive_timeout(Duration::from_secs(10));
     let builder = Arc::new(builder);
 
     loop {
@@ -210,7 +236,12 @@ async fn admit(state: &State, scope: Scope, req: Request<Incoming>) -> Response<
     let limits = &state.limits;
     let bad = |status: StatusCode, message: String| {
         state.metrics.review(Outcome::BadReview);
-        tracing::warn!(%status, %message, "review refused");
+        // Anyone who reaches the port can send garbage: at most one warning a second.
+        if state.warn_gate.allow() {
+            tracing::warn!(%status, %message, "review refused (further ones this second at debug)");
+        } else {
+            tracing::debug!(%status, %message, "review refused");
+        }
         let mut r = error(status, &message);
         // The body may be partly unread: do not reuse the connection (HTTP/1.1; hyper
         // drops the header on HTTP/2, where the stream is reset instead).
@@ -347,6 +378,7 @@ impl Running {
             metrics: metrics.clone(),
             limits,
             draining: AtomicBool::new(false),
+            warn_gate: WarnGate::default(),
         });
         let (stop, stopped) = watch::channel(false);
         let watcher = tokio::spawn(certs.clone().watch(reload_every, metrics.clone()));
@@ -374,3 +406,6 @@ impl Running {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
