@@ -369,3 +369,42 @@ fn process_cpu() -> Duration {
     // USER_HZ is 100 on Linux.
     Duration::from_millis(ticks * 10)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_the_limit_are_closed_at_once() {
+    let pki = Pki::new("weir test ca");
+    let secret = SecretDir::new(&pki);
+    let limits = weir_inject::server::Limits {
+        max_connections: 2,
+        header_read_timeout: Duration::from_secs(5),
+        ..test_limits()
+    };
+    let server = start(&secret, limits, Duration::from_secs(60)).await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut c =
+            Client::connect(server.addr, &pki.ca_pem, true).await.expect("within the limit");
+        assert_eq!(c.request("GET", "/live", vec![]).await.status, 200);
+        held.push(c);
+    }
+    // The third is accepted by the kernel and closed by the server before any TLS.
+    let refused = tls_connect(server.addr, &pki.ca_pem, &[b"h2"]).await;
+    assert!(refused.is_err(), "a third connection got through");
+    assert!(server.metrics.render().contains("weir_inject_connections_refused_total 1"));
+    // Once one is gone, a new one is served.
+    drop(held.pop());
+    let addr = server.addr;
+    let ca = pki.ca_pem.clone();
+    let served = eventually(Duration::from_secs(10), || {
+        let ca = ca.clone();
+        async move {
+            match Client::connect(addr, &ca, true).await {
+                Ok(mut c) => c.request("GET", "/live", vec![]).await.status == 200,
+                Err(_) => false,
+            }
+        }
+    })
+    .await;
+    assert!(served, "no connection served after one closed");
+    server.shutdown().await.unwrap();
+}
