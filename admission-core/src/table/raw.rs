@@ -10,7 +10,6 @@ use serde::Deserialize;
 
 use super::{
     PriorityTable, Rule, RuleMatch, TableError, TableErrors, UserConfig, DEFAULT_BUSINESS,
-    DEFAULT_USER_HEADER,
 };
 use crate::size_grade::SizeGradeConfig;
 
@@ -129,7 +128,10 @@ impl TryFrom<RawTable> for PriorityTable {
 
 impl Default for RawUser {
     fn default() -> Self {
-        RawUser { header: DEFAULT_USER_HEADER.to_owned(), rekey_every: "1h".to_owned() }
+        // The defaults live in `UserConfig::default()`; this only spells them as text.
+        let user = UserConfig::default();
+        let rekey_every = humantime_serde::re::humantime::format_duration(user.rekey_every);
+        RawUser { header: user.header, rekey_every: rekey_every.to_string() }
     }
 }
 

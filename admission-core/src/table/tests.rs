@@ -472,3 +472,10 @@ fn many_header_matches_validate_fast() {
     let took = started.elapsed();
     assert!(took < std::time::Duration::from_secs(3), "{took:?}");
 }
+
+#[test]
+fn an_omitted_user_section_means_the_default_impl() {
+    let t = PriorityTable::from_yaml("rules: []\n").unwrap();
+    assert_eq!(t.user, UserConfig::default());
+    assert_eq!(t.default_business, DEFAULT_BUSINESS);
+}
