@@ -1,4 +1,5 @@
-//! Audit of the priority distribution and the inflation findings (DESIGN §6).
+//! Audit of the priority distribution and the inflation findings (docs/design.md,
+//! "Control API").
 //!
 //! Priority inflation is DAGOR's silent failure: when most traffic claims the top class,
 //! the admission level has nothing to cut and shedding "does nothing". The request path

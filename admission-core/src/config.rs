@@ -1,5 +1,5 @@
-//! Engine settings (DESIGN §3). Deserialised from the sidecar's config file
-//! (`admission:` section); every field has the documented default.
+//! Engine settings (docs/design.md, "Signal and control laws"). Deserialised from the
+//! sidecar's config file (`admission:` section); every field has the documented default.
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;

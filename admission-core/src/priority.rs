@@ -1,4 +1,5 @@
-//! Compound priorities, admission levels and their header encodings (DESIGN §2, §4).
+//! Compound priorities, admission levels and their header encodings (docs/design.md,
+//! "Priorities" and "Wire contract").
 //!
 //! Lower numbers are more important. `(b1, u1)` is more important than `(b2, u2)`
 //! iff `b1 < b2`, or `b1 == b2 && u1 < u2`; the derived `Ord` on the field order

@@ -1,4 +1,4 @@
-//! Content-length grade with fine sub-steps (seed 003).
+//! Content-length grade with fine sub-steps (docs/design.md, "Priority table format").
 //!
 //! When a request carries no action to match, its size is the one value signal known
 //! before the body is read. A plain log2 staircase (one grade per doubling) has cliffs:

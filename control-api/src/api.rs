@@ -1,4 +1,4 @@
-//! Routing and the endpoint handlers of DESIGN §6.
+//! Routing and the endpoint handlers (docs/design.md, "Control API").
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -1,5 +1,6 @@
-//! weir control API (DESIGN §6): the priority table's hot swap, the inflation audit,
-//! status, metrics and probes, served on hyper 1; plus the CLI client functions.
+//! weir control API (docs/design.md, "Control API"): the priority table's hot swap, the
+//! inflation audit, status, metrics and probes, served on hyper 1; plus the CLI client
+//! functions.
 //!
 //! - [`TableStore`]: the live table, lock-free for readers, atomic swaps.
 //! - [`ControlPlane`]: the admin HTTP API and its background tasks (table-file watcher,

@@ -137,7 +137,8 @@ pub enum AppProtocol {
     H2c,
 }
 
-/// Wire names (DESIGN §4). The user-id header is the priority table's `user.header`.
+/// Wire names (docs/design.md, "Wire contract"). The user-id header is the priority
+/// table's `user.header`.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct HeaderNames {

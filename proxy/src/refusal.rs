@@ -1,5 +1,5 @@
-//! Refusals exactly as DESIGN §4 puts them on the wire, and the `x-admission-level` value
-//! every response carries.
+//! Refusals exactly as docs/design.md ("Wire contract") puts them on the wire, and the
+//! `x-admission-level` value every response carries.
 
 use std::sync::Arc;
 use std::time::Duration;

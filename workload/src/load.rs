@@ -3,8 +3,8 @@
 //!
 //! Each request belongs to a business class (weighted mix) and a user (uniform over a
 //! population, each user with a fixed user priority); it carries the priority headers of
-//! DESIGN §4, a relative deadline (`x-request-timeout-ms`) and the absolute one the
-//! capacity backend reads ([`crate::DEADLINE_HEADER`]). The client gives up at the
+//! docs/design.md ("Wire contract"), a relative deadline (`x-request-timeout-ms`) and the
+//! absolute one the capacity backend reads ([`crate::DEADLINE_HEADER`]). The client gives up at the
 //! deadline. Latency is measured from the scheduled arrival, so a stalled sender cannot
 //! hide queuing (no coordinated omission).
 

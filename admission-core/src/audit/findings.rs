@@ -1,4 +1,5 @@
-//! The inflation findings of DESIGN §6, computed from one window of audit counts.
+//! The inflation findings (docs/design.md, "Control API"), computed from one window of
+//! audit counts.
 
 use serde::{Deserialize, Serialize};
 

@@ -166,7 +166,8 @@ impl CompiledTable {
         self.source.rules.get(index).map(|r| r.name.as_str())
     }
 
-    /// The content-length grade, when the table configures one (seed 003).
+    /// The content-length grade, when the table configures one (docs/design.md, "Priority
+    /// table format").
     pub fn size_grade(&self) -> Option<&SizeGrade> {
         self.size_grade.as_ref()
     }

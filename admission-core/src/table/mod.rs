@@ -1,4 +1,5 @@
-//! The priority table (DESIGN §5): which business priority each request gets at the entry.
+//! The priority table (docs/design.md, "Priority table format"): which business priority
+//! each request gets at the entry.
 //!
 //! The table is an ordered list of rules, first match wins, with a default for requests no
 //! rule matches. Three stages, each with its own type:
@@ -56,7 +57,8 @@ pub struct PriorityTable {
     /// First match wins.
     pub rules: Vec<Rule>,
     pub user: UserConfig,
-    /// Optional content-length grade for requests that carry no action to match (seed 003).
+    /// Optional content-length grade for requests no rule matches (docs/design.md,
+    /// "Priority table format").
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size_grade: Option<SizeGradeConfig>,
 }
