@@ -76,11 +76,15 @@ pub fn render(s: &Scrape<'_>) -> String {
          weir_priority_table_file_rejected_total {}",
         s.table_file_rejections
     );
-    let _ = writeln!(
-        out,
-        "# HELP weir_requests_total Requests by role, business class and outcome.\n\
-         # TYPE weir_requests_total counter"
-    );
+    // The egress role counts into the same family through the recorder (its series come
+    // first, then these): one HELP/TYPE for the family, or the exposition is invalid.
+    if !out.contains("# TYPE weir_requests_total ") {
+        let _ = writeln!(
+            out,
+            "# HELP weir_requests_total Requests by role, business class and outcome.\n\
+             # TYPE weir_requests_total counter"
+        );
+    }
     for (business, counts) in s.counters.active_classes() {
         for outcome in Outcome::ALL {
             let n = counts.get(outcome);

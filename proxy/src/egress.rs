@@ -32,7 +32,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::pin::pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use admission_core::downstream::{DownstreamLevels, Observation};
@@ -43,6 +43,7 @@ use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use hyper::body::{Body, Incoming};
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use metrics::Counter;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::{watch, Semaphore};
@@ -109,13 +110,31 @@ struct ConnLimits {
     h2_max_concurrent_streams: u32,
 }
 
-/// What the egress role did, per business class, for `weir_requests_total{role="egress"}`.
+/// What the egress role did, per business class: kept here (for tests and status) and
+/// exported as `weir_requests_total{role="egress",business,outcome}` through the process's
+/// metrics recorder. A class's series is registered at its first request (so only classes
+/// seen are exported), then counted through its handle.
 pub struct EgressStats {
     /// `[business][outcome]`.
     requests: Box<[[AtomicU64; EgressOutcome::ALL.len()]]>,
+    handles: Box<[[OnceLock<Counter>; EgressOutcome::ALL.len()]]>,
     /// Requests answered with weir's own error (downstream unreachable, silent, garbage).
     errors: AtomicU64,
+    errors_metric: Counter,
+    /// What the responses' level headers did to the cache (`result` label).
+    level_headers: [Counter; 5],
 }
+
+/// Metric names of the egress role.
+pub const REQUESTS_TOTAL: &str = "weir_requests_total";
+pub const DOWNSTREAM_LEVEL_METRIC: &str = "weir_downstream_level";
+pub const LEVEL_HEADERS_TOTAL: &str = "weir_downstream_level_headers_total";
+pub const ERRORS_TOTAL: &str = "weir_egress_errors_total";
+const LEVEL_HEADER_RESULTS: [&str; 5] =
+    ["cached", "uncached_over_max_authorities", "absent", "malformed", "repeated"];
+
+/// How often `weir_downstream_level` is brought up to date (expired levels read open).
+const LEVEL_GAUGE_PERIOD: Duration = Duration::from_millis(250);
 
 /// The egress outcomes (the `outcome` label).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -182,6 +201,7 @@ impl Egress {
                 source,
             })?;
             runtime.spawn(accept_loop(listener, service.clone(), None, stopped.clone()));
+            runtime.spawn(export_levels(service.clone(), stopped.clone()));
             for (listener, local, target) in routes {
                 let listener = TcpListener::from_std(listener).map_err(|source| {
                     StartError::Bind { what: "egress.routes.listen", addr: local, source }
@@ -369,7 +389,9 @@ impl EgressService {
         };
         let (mut head, body) = response.into_parts();
         let values = head.headers.get_all(&self.level_name).iter().map(HeaderValue::as_bytes);
-        if let Observation::Malformed(e) = self.levels.observe(authority.as_str(), values) {
+        let observation = self.levels.observe(authority.as_str(), values);
+        self.stats.level_header(observation);
+        if let Observation::Malformed(e) = observation {
             tracing::debug!(error = %e, downstream = %authority, "egress: bad level header ignored");
         }
         forward::clean_response_headers(&mut head.headers);
@@ -448,65 +470,10 @@ impl EgressService {
         grpc: bool,
     ) -> Response<ResponseBody> {
         self.stats.errors.fetch_add(1, Relaxed);
+        self.stats.errors_metric.increment(1);
         let (status, mut headers) = self.refusals.error_head(status, grpc);
         headers.insert(self.level_name.clone(), self.level_value(authority));
         respond(status, headers)
-    }
-
-    /// Prometheus text for the egress role: `weir_requests_total{role="egress",..}` lines
-    /// (no HELP/TYPE: they join the inbound role's family), then the egress families.
-    pub fn render_requests(&self, out: &mut String) {
-        use std::fmt::Write;
-        for (business, counts) in self.stats.requests.iter().enumerate() {
-            for outcome in EgressOutcome::ALL {
-                let n = counts[outcome as usize].load(Relaxed);
-                if n > 0 {
-                    let _ = writeln!(
-                        out,
-                        "weir_requests_total{{role=\"egress\",business=\"{business}\",outcome=\"{}\"}} {n}",
-                        outcome.as_str()
-                    );
-                }
-            }
-        }
-    }
-
-    /// `weir_downstream_level{authority}` (at most `egress.max_authorities` series; an
-    /// expired level reads fully open, 32767) and the level-header counters.
-    pub fn render_families(&self, out: &mut String) {
-        use std::fmt::Write;
-        let _ = writeln!(
-            out,
-            "# HELP weir_downstream_level A downstream's cached admission level (business * 128 + user); 32767 when expired or unknown.\n\
-             # TYPE weir_downstream_level gauge"
-        );
-        self.levels.for_each(|authority, level| {
-            let v = level.unwrap_or(AdmissionLevel::FULLY_OPEN).compound();
-            let authority = authority.replace('\\', "\\\\").replace('"', "\\\"");
-            let _ = writeln!(out, "weir_downstream_level{{authority=\"{authority}\"}} {v}");
-        });
-        let c = self.levels.counters();
-        let _ = writeln!(
-            out,
-            "# HELP weir_downstream_level_headers_total Level headers on downstream responses by what the cache did with them.\n\
-             # TYPE weir_downstream_level_headers_total counter"
-        );
-        for (result, n) in [
-            ("cached", c.cached),
-            ("uncached_over_max_authorities", c.uncached),
-            ("absent", c.absent),
-            ("malformed", c.malformed),
-            ("repeated", c.repeated),
-        ] {
-            let _ = writeln!(out, "weir_downstream_level_headers_total{{result=\"{result}\"}} {n}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP weir_egress_errors_total Outbound requests answered with weir's own error (downstream unreachable, silent, or garbage).\n\
-             # TYPE weir_egress_errors_total counter\n\
-             weir_egress_errors_total {}",
-            self.stats.errors.load(Relaxed)
-        );
     }
 }
 
@@ -521,15 +488,53 @@ fn respond(status: StatusCode, headers: http::HeaderMap) -> Response<ResponseBod
 
 impl EgressStats {
     fn new() -> Self {
+        let _ = crate::telemetry::prometheus();
+        metrics::describe_gauge!(
+            DOWNSTREAM_LEVEL_METRIC,
+            "A downstream's cached admission level (business * 128 + user); 32767 when expired"
+        );
+        metrics::describe_counter!(
+            LEVEL_HEADERS_TOTAL,
+            "Level headers on downstream responses, by what the egress cache did with them"
+        );
+        metrics::describe_counter!(
+            ERRORS_TOTAL,
+            "Outbound requests answered with weir's own error (downstream down, silent, garbage)"
+        );
         EgressStats {
             requests: (0..256).map(|_| Default::default()).collect(),
+            handles: (0..256).map(|_| Default::default()).collect(),
             errors: AtomicU64::new(0),
+            errors_metric: metrics::counter!(ERRORS_TOTAL),
+            level_headers: LEVEL_HEADER_RESULTS
+                .map(|r| metrics::counter!(LEVEL_HEADERS_TOTAL, "result" => r)),
         }
     }
 
     #[inline]
     fn record(&self, business: u8, outcome: EgressOutcome) {
         self.requests[business as usize][outcome as usize].fetch_add(1, Relaxed);
+        self.handles[business as usize][outcome as usize]
+            .get_or_init(|| {
+                metrics::counter!(
+                    REQUESTS_TOTAL,
+                    "role" => "egress",
+                    "business" => business.to_string(),
+                    "outcome" => outcome.as_str()
+                )
+            })
+            .increment(1);
+    }
+
+    fn level_header(&self, observation: Observation) {
+        let i = match observation {
+            Observation::Cached(_) => 0,
+            Observation::Uncached(_) => 1,
+            Observation::Absent => 2,
+            Observation::Malformed(_) => 3,
+            Observation::Repeated => 4,
+        };
+        self.level_headers[i].increment(1);
     }
 
     /// Requests of `business` with `outcome` so far.
@@ -544,6 +549,23 @@ impl EgressStats {
 
     pub fn errors(&self) -> u64 {
         self.errors.load(Relaxed)
+    }
+}
+
+/// Keeps `weir_downstream_level{authority}` current: one series per cached authority (at
+/// most `egress.max_authorities`), fully open (32767) once a level has expired.
+async fn export_levels(service: Arc<EgressService>, mut stop: watch::Receiver<bool>) {
+    let mut tick = tokio::time::interval(LEVEL_GAUGE_PERIOD);
+    loop {
+        tokio::select! {
+            _ = stop.wait_for(|s| *s) => return,
+            _ = tick.tick() => {}
+        }
+        service.levels.for_each(|authority, level| {
+            let v = level.unwrap_or(AdmissionLevel::FULLY_OPEN).compound();
+            metrics::gauge!(DOWNSTREAM_LEVEL_METRIC, "authority" => authority.to_string())
+                .set(f64::from(v));
+        });
     }
 }
 
@@ -674,32 +696,5 @@ async fn serve_connection(
                 }
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn render_names_the_role_and_bounds_the_authorities() {
-        let mut config = SidecarConfig::default();
-        config.egress.max_authorities = 2;
-        let s = EgressService::new(&config).unwrap();
-        s.stats.record(3, EgressOutcome::ShedDownstream);
-        for a in ["a:1", "b:1", "c:1"] {
-            s.levels.observe(a, [&b"1.0"[..]]);
-        }
-        s.levels.observe("a:1", [&b"x"[..]]);
-        let mut out = String::new();
-        s.render_requests(&mut out);
-        s.render_families(&mut out);
-        assert!(out.contains(
-            "weir_requests_total{role=\"egress\",business=\"3\",outcome=\"shed_downstream\"} 1"
-        ));
-        assert_eq!(out.matches("weir_downstream_level{").count(), 2);
-        assert!(out.contains("weir_downstream_level{authority=\"a:1\"} 128"));
-        assert!(out.contains("result=\"malformed\"} 1"));
-        assert!(out.contains("result=\"uncached_over_max_authorities\"} 1"));
     }
 }

@@ -195,6 +195,22 @@ async fn a_learnt_level_refuses_below_it_locally_and_fast() {
     assert_eq!(stats.count(5, EgressOutcome::ShedDownstream), 50);
     assert_eq!(stats.count(9, EgressOutcome::ShedDownstream), 1);
     assert_eq!(stats.total(EgressOutcome::Admitted), 4);
+
+    // The same counts on /metrics (the recorder is shared by every sidecar of this test
+    // process, hence at least), one HELP/TYPE for the family, and the level per authority.
+    let series = format!("weir_downstream_level{{authority=\"{}\"}}", down.addr);
+    let mut text = String::new();
+    for _ in 0..100 {
+        text = support::metrics_text(weir.admin_addr()).await;
+        if support::sample(&text, &series) == 448.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(support::sample(&text, &series), 448.0, "3.64 = 3 * 128 + 64\n{text}");
+    let shed = r#"weir_requests_total{role="egress",business="5",outcome="shed_downstream"}"#;
+    assert!(support::sample(&text, shed) >= 50.0, "{text}");
+    assert_eq!(text.matches("# TYPE weir_requests_total ").count(), 1, "{text}");
     weir.stop();
 }
 
