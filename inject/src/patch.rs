@@ -209,7 +209,9 @@ pub fn plan(
     }
 
     // Per-pod overrides, all checked before anything is patched.
-    let weir_ports = template.container_ports();
+    let mut weir_ports = template.container_ports();
+    // The egress listener is loopback-only (no container port) but still weir's.
+    weir_ports.extend(template.egress_listen.map(|a| a.port()));
     let mut extra_args: Vec<String> = Vec::new();
     if let Some(v) = annotation(APP_PORT) {
         match v.trim().parse::<u16>() {

@@ -528,7 +528,8 @@ def check_single_injector_has_no_pdb(helm: Helm) -> None:
 
 def check_egress_listen(helm: Helm) -> None:
     """injector.egressListen reaches the template the injector reads (and only when set)."""
-    for extra, want in ((["--set", "injector.egressListen=127.0.0.1:15002"], "127.0.0.1:15002"), ([], None)):
+    for extra, want in (([], "127.0.0.1:15002"), (["--set", "injector.egressListen=127.0.0.9:15099"], "127.0.0.9:15099"),
+                        (["--set", "injector.egressListen="], None)):
         out = helm.template("weir", "1.33.0", *extra)
         assert out.returncode == 0, out.stderr
         [cm] = [o for o in yaml.load_all(out.stdout, Loader=Loader)

@@ -253,6 +253,9 @@ fn egress_sets_the_flag_and_http_proxy_unless_the_app_set_it() {
         .map(|o| o.value["name"].as_str().unwrap())
         .collect();
     assert_eq!(env, ["HTTP_PROXY", "http_proxy"]);
+    // The egress port is weir's too: an app cannot be pointed at it.
+    let d = plan_ns(&pod(json!({"weir.dev/app-port": "15002"})), &t);
+    assert!(d.warnings[0].contains("a port weir listens on"), "{:?}", d.warnings);
     // Without an egress listener in the template: injected without egress, and told so.
     let d = plan_ns(&pod(json!({"weir.dev/egress": "true"})), &template("initContainers", None));
     assert_eq!(d.outcome, Outcome::Injected);
