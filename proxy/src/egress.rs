@@ -93,6 +93,7 @@ pub struct EgressService {
     default_priority: Priority,
     timeout_header: HeaderName,
     default_budget: Duration,
+    deadline_margin: Duration,
     protocol: AppProtocol,
     resolver: forward::Resolver,
     client: ClientSettings,
@@ -283,6 +284,7 @@ impl EgressService {
                 .unwrap_or(Priority::LEAST_IMPORTANT),
             timeout_header: header(&names.timeout)?,
             default_budget: egress.default_budget,
+            deadline_margin: egress.deadline_margin,
             protocol: egress.protocol,
             resolver: forward::Resolver::new(
                 egress.timeouts.resolve,
@@ -374,7 +376,7 @@ impl EgressService {
             RequestBody::new(body, self.body_read),
             protocol,
             &authority,
-            remaining,
+            remaining.saturating_sub(self.deadline_margin),
             &self.timeout_header,
         );
         self.stats.record(priority.business, EgressOutcome::Admitted);

@@ -29,6 +29,10 @@ pub struct EgressConfig {
     /// Budget of an outbound request that carries no deadline.
     #[serde(with = "humantime_serde")]
     pub default_budget: Duration,
+    /// Taken off the budget passed on (never below 1 ms), so a downstream's own deadline
+    /// refusal reaches the app before the egress gives up on it (a refusal, not a timeout).
+    #[serde(with = "humantime_serde")]
+    pub deadline_margin: Duration,
     /// Protocol towards downstreams: `auto` (h2c for HTTP/2 callers), `http1` or `h2c`.
     pub protocol: AppProtocol,
     /// Accepted connections at once; beyond that, new ones are closed at once.
@@ -94,6 +98,7 @@ impl Default for EgressConfig {
             level_expiry: DEFAULT_EXPIRY,
             max_authorities: DEFAULT_MAX_AUTHORITIES,
             default_budget: Duration::from_millis(500),
+            deadline_margin: Duration::from_millis(10),
             protocol: AppProtocol::Auto,
             max_connections: 10_000,
             max_idle_per_downstream: 64,
@@ -167,6 +172,12 @@ impl EgressConfig {
             if value.is_zero() || value > MAX_DURATION {
                 return bad(field, format!("{value:?} must be more than 0 and at most 1h"));
             }
+        }
+        if self.deadline_margin >= self.default_budget {
+            return bad(
+                "egress.deadline_margin",
+                format!("{:?} must be less than egress.default_budget", self.deadline_margin),
+            );
         }
         for (i, route) in self.routes.iter().enumerate() {
             if let Err(e) = crate::egress::forward::parse_target(&route.target) {
