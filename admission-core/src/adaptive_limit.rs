@@ -11,7 +11,7 @@
 //! so the product stays put. The margin keeps every worker busy across the gap between
 //! one response and the next dispatch, so the limit costs no throughput.
 //!
-//! - It starts at 32 (or the ceiling, if lower) and, while it binds (requests waited for a slot) and the app
+//! - It starts at 64 (or the ceiling, if lower) and, while it binds (requests waited for a slot) and the app
 //!   answers at its no-load time, the limit is the bottleneck: it doubles, as TCP's slow
 //!   start. While it binds and the answers
 //!   are slower than that, the app queues internally: the limit goes to the product.
@@ -59,7 +59,7 @@ impl Default for AdaptiveLimitConfig {
         AdaptiveLimitConfig {
             ceiling: 256,
             floor: 1,
-            initial: 32,
+            initial: 64,
             interval: Duration::from_millis(100),
             horizon: Duration::from_millis(1500),
             headroom: 0.2,

@@ -197,8 +197,11 @@ impl Controller {
                         Zone::Cut if w.queue_depth > 0 => proposed.min(current),
                         Zone::Cut => proposed,
                         // Sit at what the app completes; a level already within a few
-                        // percent of it stays, so histogram noise does not move it.
+                        // percent of it stays, so histogram noise does not move it. A window
+                        // whose queue was never busy says nothing about the app's rate (a
+                        // full queue refusing, a quiet spell): it never lowers the level.
                         Zone::Hold if near(w.admitted as f64, target) => current,
+                        Zone::Hold if w.busy_ns == 0 => proposed.max(current),
                         Zone::Hold => proposed,
                         // Short queue: at least what the app completes, and one more
                         // bucket than now (a probe, in case the app got faster).
@@ -289,9 +292,9 @@ impl Controller {
             w.busy_completed as f64 / (w.busy_ns as f64 / 1e9)
         } else if w.busy_ns == 0 && w.queue_depth == 0 && w.admitted < w.arrivals {
             // The level refused requests, yet the queue never held any: the app took all
-            // it was given, so the level (not the app) set this rate. Probe a quarter
+            // it was given, so the level (not the app) set this rate. Probe a half
             // higher; a window that finds the queue busy measures the real figure.
-            1.25 * w.completed as f64 / secs(w)
+            1.5 * w.completed as f64 / secs(w)
         } else {
             w.completed as f64 / secs(w)
         };

@@ -220,3 +220,58 @@ fn a_lower_bound_from_quiet_times_gives_way_to_the_first_saturated_window() {
     assert_eq!(c.capacity_estimate(), Some(4_000.0));
     assert!(admitted_at(&h, next) >= 3_900, "cut to {}", admitted_at(&h, next));
 }
+
+#[test]
+fn capacity_law_never_moves_on_an_empty_histogram() {
+    let mut c = Controller::new(&config(Law::Capacity));
+    let h = vec![0; COMPOUND_LEVELS];
+    let current = AdmissionLevel::new(Priority { business: 1, user: 3 });
+    for zone in [Zone::Cut, Zone::Hold, Zone::Relax] {
+        assert_eq!(c.next_level(current, zone, &window(0, 0, 5, 800), &h), current, "{zone:?}");
+    }
+    // The paper's law too: a long wait in a window with no arrivals used to slam it to 0.0.
+    let mut d = Controller::new(&config(Law::Dagor));
+    assert_eq!(
+        d.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &window(0, 0, 1, 900), &h),
+        AdmissionLevel::FULLY_OPEN
+    );
+}
+
+#[test]
+fn capacity_law_cuts_to_what_the_app_completes_while_busy() {
+    let mut c = Controller::new(&config(Law::Capacity));
+    let h = uniform(1, 100); // 12800 arrivals in 1 s
+    let mut w = window(12_800, 12_800, 4_000, 50);
+    w.completed = 4_000;
+    w.busy_ns = 1_000 * MS;
+    w.busy_completed = 4_000;
+    let next = c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, &h);
+    let admitted = admitted_at(&h, next);
+    assert!((3_600..=4_000).contains(&admitted), "cut to {admitted}");
+    assert_eq!(c.capacity_estimate(), Some(4_000.0));
+}
+
+#[test]
+fn capacity_law_reopens_in_one_window_when_the_load_drops() {
+    let mut c = Controller::new(&config(Law::Capacity));
+    let h = uniform(1, 100);
+    let mut w = window(12_800, 12_800, 4_000, 50);
+    (w.completed, w.busy_ns, w.busy_completed) = (4_000, 1_000 * MS, 4_000);
+    let cut = c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, &h);
+    assert!(cut < AdmissionLevel::FULLY_OPEN);
+    // Half the capacity arrives, the queue is empty: everything fits, fully open at once.
+    let quiet = uniform(1, 15); // 1920 arrivals
+    let mut w = window(1_920, 1_900, 1_900, 1);
+    w.completed = 1_900;
+    assert_eq!(c.next_level(cut, Zone::Relax, &w, &quiet), AdmissionLevel::FULLY_OPEN);
+}
+
+#[test]
+fn capacity_law_holds_when_a_quiet_window_says_nothing() {
+    let mut c = Controller::new(&config(Law::Capacity));
+    let h = uniform(3, 1);
+    let mut w = window(384, 384, 0, 0);
+    w.completed = 1; // a lower bound of 1/s, from a window whose queue was never busy
+    let next = c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Hold, &w, &h);
+    assert_eq!(next, AdmissionLevel::FULLY_OPEN);
+}
