@@ -59,22 +59,29 @@ pub fn guard_count(n: usize) -> usize {
 }
 
 /// A sidecar on the plane under test in front of `app`. Requests without a deadline get
-/// 10 s (not the default 500 ms), so a well-behaved caller stuck behind a misbehaving one
-/// shows up as "not answered in time" rather than as a quick refusal.
+/// 10 s (not the default 500 ms), and a long wait under overload is not cut
+/// (`overload_max_wait: 0`), so a well-behaved caller stuck behind a misbehaving one shows
+/// up as "not answered in time" rather than as one of weir's own refusals: these tests are
+/// about the data plane's bounds, not about admission control.
 pub fn edge_sidecar(app: SocketAddr, tweak: impl FnOnce(&mut SidecarConfig)) -> Sidecar {
     super::sidecar(app, |c| {
         c.inbound.data_plane = data_plane();
         c.inbound.task_timeout = Duration::from_secs(10);
+        c.inbound.overload_max_wait = Duration::ZERO;
         tweak(c);
     })
 }
+
+/// The well-behaved caller's priority: the most important, so that admission control
+/// reacting to the queue a misbehaving caller built never refuses it.
+pub const IMPORTANT: [(&str, &str); 2] = [("x-business-priority", "0"), ("x-user-priority", "0")];
 
 /// A well-behaved caller on a fresh HTTP/1.1 connection: `GET /echo?probe` must be answered
 /// 200, with the admission level, within `within`. Returns how long it took.
 pub async fn served_within(addr: SocketAddr, within: Duration) -> Duration {
     let started = Instant::now();
     let url = format!("http://{addr}/echo?probe");
-    let resp = tokio::time::timeout(within, Http1::new().get(&url, &[]))
+    let resp = tokio::time::timeout(within, Http1::new().get(&url, &IMPORTANT))
         .await
         .unwrap_or_else(|_| panic!("a well-behaved caller was not answered within {within:?}"));
     assert_eq!(resp.status, 200, "well-behaved caller: {resp:?}");
