@@ -29,7 +29,10 @@ impl Naive {
     }
 }
 
-fn run(threads: usize, f: Arc<dyn Fn(&str, Priority) -> bool + Send + Sync>) -> f64 {
+/// A `should_refuse` under test.
+type Probe = Arc<dyn Fn(&str, Priority) -> bool + Send + Sync>;
+
+fn run(threads: usize, f: Probe) -> f64 {
     let names: Arc<Vec<String>> =
         Arc::new((0..AUTHORITIES).map(|i| format!("svc-{i}.ns.svc.cluster.local:8080")).collect());
     let start = Instant::now();
