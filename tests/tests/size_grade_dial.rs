@@ -51,6 +51,8 @@ async fn run(sub_bits: u8) -> Vec<(u64, u64, u64)> {
         c.admin.allow_empty_user_secret = true;
         c.admin.table_file = Some(table);
         c.inbound.max_inflight = MAX_INFLIGHT;
+        // A fixed limit, so the capacity is exactly MAX_INFLIGHT / SERVICE.
+        c.inbound.adaptive_inflight = false;
         c.inbound.threads = 2;
         c.admission.window = Duration::from_millis(250);
     });
