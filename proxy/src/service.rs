@@ -338,10 +338,20 @@ impl Inbound {
         if ahead == 0 {
             return false;
         }
-        let rate = self.shared.engine.capacity_estimate().or_else(|| {
-            let r = self.shared.control.status().completions_per_sec;
-            (r > 0.0).then_some(r)
-        });
+        // The app's completion rate when busy: the most generous of the law's estimate, the
+        // best rate seen lately, and a full in-flight limit over the app's typical time
+        // (Little's law). Generous on purpose: an underestimate would refuse requests that
+        // would have been served; the wait gate still catches the rest.
+        let typical = self.shared.app_time.typical().as_secs_f64();
+        let by_limit = if typical > 0.0 { self.shared.limit.limit() as f64 / typical } else { 0.0 };
+        let rate = self
+            .shared
+            .engine
+            .capacity_estimate()
+            .unwrap_or(0.0)
+            .max(self.shared.control.status().completions_per_sec)
+            .max(by_limit);
+        let rate = (rate > 0.0).then_some(rate);
         let clock = self.shared.engine.clock();
         let check = DeadlineCheck {
             arrival: clock.nanos_at(arrival),
