@@ -89,20 +89,15 @@ impl Default for EngineConfig {
     }
 }
 
-/// One invalid setting, named by its field path.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ConfigError {
-    pub field: &'static str,
-    pub message: String,
-}
+/// One invalid setting, named by its field path (relative to `admission`): the one field
+/// error type of every crate.
+pub type ConfigError = crate::table::FieldError;
 
 impl EngineConfig {
     /// Checks ranges; returns every bad field, not just the first.
     pub fn validate(&self) -> Result<(), Vec<ConfigError>> {
         let mut errs = Vec::new();
-        let mut bad =
-            |field, message: &str| errs.push(ConfigError { field, message: message.into() });
+        let mut bad = |field: &str, message: &str| errs.push(ConfigError::new(field, message));
         if self.window.is_zero() {
             bad("window", "must be greater than zero");
         }

@@ -190,7 +190,7 @@ fn config_defaults_match_design_and_validate() {
     assert!(cfg.validate().is_ok());
     let bad = EngineConfig { alpha: 1.5, window_requests: 0, ..cfg };
     let errs = bad.validate().expect_err("invalid");
-    let fields: Vec<_> = errs.iter().map(|e| e.field).collect();
+    let fields: Vec<_> = errs.iter().map(|e| e.path.as_str()).collect();
     assert_eq!(fields, ["window_requests", "alpha"]);
 }
 

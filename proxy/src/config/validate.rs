@@ -95,8 +95,8 @@ impl SidecarConfig {
             }
         }
         if let Err(errs) = self.admission.validate() {
-            if let Some(e) = errs.first() {
-                return bad(&format!("admission.{}", e.field), &e.message);
+            if let Some(e) = errs.into_iter().next() {
+                return Err(e.at("admission"));
             }
         }
         self.admin.validate().map_err(|e| e.at("admin"))?;
