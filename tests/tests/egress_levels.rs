@@ -376,6 +376,30 @@ async fn spent_budgets_are_not_sent_and_a_dead_or_silent_downstream_gets_inbound
     assert_eq!(r.status, 502);
     assert_eq!(r.level(), "255.127");
 
+    // Answers garbage, or resets the connection: 502 with the level header.
+    let garbage = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let garbage_addr = garbage.local_addr().unwrap();
+    let resetting = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let resetting_addr = resetting.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = garbage.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(b"\x16\x03\x01 this is not HTTP\r\n\r\n").await;
+        }
+    });
+    tokio::spawn(async move {
+        while let Ok((s, _)) = resetting.accept().await {
+            let _ = s.set_linger(Some(Duration::ZERO));
+            drop(s);
+        }
+    });
+    for broken in [garbage_addr, resetting_addr] {
+        let r = call(&client, egress, broken, &[]).await;
+        assert_eq!(r.status, 502, "{broken}");
+        assert_eq!(r.level(), "255.127");
+    }
+
     // Never answers: 504 when the budget runs out, not later.
     down.state.silent.store(true, Relaxed);
     let t = Instant::now();
