@@ -390,6 +390,9 @@ async fn spent_budgets_are_not_sent_and_a_dead_or_silent_downstream_gets_inbound
     });
     tokio::spawn(async move {
         while let Ok((s, _)) = resetting.accept().await {
+            // Zero linger: the close is a RST. (Deprecated because a non-zero linger blocks
+            // the thread on drop; a zero one does not.)
+            #[allow(deprecated)]
             let _ = s.set_linger(Some(Duration::ZERO));
             drop(s);
         }
