@@ -66,31 +66,18 @@ pub struct InboundConfig {
     pub default_priority: Option<String>,
     /// Worker threads; 0 = one per core.
     pub threads: usize,
-    /// One work-stealing runtime instead of one runtime per thread (which measured ~10%
-    /// faster here). Processes that start several sidecars one after another (tests) need
-    /// it: pingora 0.9 finds its per-thread runtimes through a thread-local keyed by thread
-    /// ids that are recycled, so a later server can pick up a finished server's runtime.
+    /// One work-stealing runtime with one listener, instead of one current-thread runtime
+    /// per worker thread, each with its own `SO_REUSEPORT` listener and app connection pool
+    /// (the default: a request never leaves its thread). Work stealing evens out a few
+    /// long-lived connections across threads; the tests use it.
     pub work_stealing: bool,
     pub headers: HeaderNames,
-    /// Which data plane serves the inbound role (temporary, for the side-by-side).
-    pub data_plane: DataPlane,
     /// Accepted connections at once; beyond that, new ones are closed at once.
     pub max_connections: usize,
     /// One connection's share of the pending queue (so one h2 connection cannot fill it).
     pub max_queued_per_connection: usize,
     pub h2: H2Config,
     pub timeouts: InboundTimeouts,
-}
-
-/// The HTTP stack that carries the inbound role.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DataPlane {
-    /// hyper 1 + h2.
-    #[default]
-    Hyper,
-    /// pingora 0.9.
-    Pingora,
 }
 
 /// HTTP/2 settings towards callers.

@@ -4,9 +4,8 @@
 //! - [`sidecar`]: start/stop a sidecar (in-process for tests, or from `weir run`).
 //! - [`shared`]: state shared by the request path, the admin API and the drain.
 //! - [`plane`], [`listener`], [`service`], [`app_client`], [`body`]: the inbound data plane
-//!   on hyper: lifecycle, connections, the per-request layers, the pooled client to the app,
-//!   and bodies with bounded waits.
-//! - [`inbound`]: the same request path on pingora (`inbound.data_plane: pingora`).
+//!   (hyper 1 + h2): lifecycle, connections, the per-request layers, the pooled client to the
+//!   app, and bodies with bounded waits.
 //! - [`egress`]: the egress role (outbound calls; refuses what a downstream would shed).
 //! - [`inflight`]: the in-flight limit and the bounded pending queue.
 //! - [`control_loop`]: the adaptive in-flight limit and the queue state the engine sees.
@@ -25,19 +24,16 @@ pub mod control_loop;
 pub mod deadline;
 pub mod demo;
 pub mod egress;
-pub mod inbound;
 pub mod inflight;
 pub mod listener;
 mod plane;
 pub mod priority;
 pub mod refusal;
-mod server;
 pub mod service;
 pub mod shared;
 pub mod shutdown;
 pub mod sidecar;
 pub mod telemetry;
-pub mod wire_name;
 
 pub use config::SidecarConfig;
 pub use sidecar::{Shared, Sidecar, StartError};

@@ -11,7 +11,6 @@ use admission_core::Priority;
 use http::header::{CONTENT_LENGTH, HOST};
 use http::uri::PathAndQuery;
 use http::{HeaderMap, HeaderName, HeaderValue, Method, Uri};
-use pingora::http::RequestHeader;
 
 use crate::telemetry::InvalidReason;
 
@@ -89,38 +88,6 @@ impl PriorityHeaders {
         headers.insert(self.business.clone(), decimal(priority.business));
         headers.insert(self.user.clone(), decimal(priority.user));
         Ok(Stamp { priority, rewrite })
-    }
-
-    /// Entry role on pingora's request header: as [`PriorityHeaders::stamp_parts`], with
-    /// the URI rewritten in place.
-    pub fn stamp(
-        &self,
-        req: &mut RequestHeader,
-        table: &CompiledTable,
-        unix: Duration,
-    ) -> Result<Priority, BadPath> {
-        let uri = req.uri.clone();
-        let path = normalize_path(uri.path()).map_err(BadPath)?;
-        let host = uri.host().or_else(|| req.headers.get(HOST).and_then(|h| h.to_str().ok()));
-        let view = View { method: req.method.as_str(), path: &path, host, headers: &req.headers };
-        let priority = decide(table, &view, unix);
-        if let Cow::Owned(normal) = path {
-            let query = uri.query().map(str::to_owned);
-            let mut parts = uri.into_parts();
-            parts.path_and_query = Some(with_query(normal, query.as_deref())?);
-            if let Ok(uri) = Uri::from_parts(parts) {
-                req.set_uri(uri);
-            }
-        }
-        // Through pingora's own setters, which keep its header-case map in step.
-        let _ = req.remove_header(&self.business);
-        let _ = req.remove_header(&self.user);
-        if !self.forward_user_id {
-            let _ = req.remove_header(table.user_header());
-        }
-        let _ = req.insert_header(self.business.clone(), decimal(priority.business));
-        let _ = req.insert_header(self.user.clone(), decimal(priority.user));
-        Ok(priority)
     }
 }
 

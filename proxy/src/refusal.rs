@@ -7,9 +7,6 @@ use std::time::Duration;
 use admission_core::AdmissionLevel;
 use arc_swap::ArcSwap;
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
-use pingora::http::ResponseHeader;
-
-use crate::wire_name::WireName;
 
 /// Why a request was refused (the `x-weir-shed` value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +20,7 @@ pub enum ShedReason {
 /// Prebuilt pieces of refusal responses.
 #[derive(Debug)]
 pub struct Refusals {
-    level_name: WireName,
+    level_name: HeaderName,
     shed_name: HeaderName,
     retry_after: HeaderValue,
     pushback_ms: HeaderValue,
@@ -67,7 +64,6 @@ impl ShedReason {
 
 impl Refusals {
     pub fn new(level_name: HeaderName, shed_name: HeaderName, retry_after: Duration) -> Self {
-        let level_name = WireName::new(level_name);
         // retry-after is whole seconds; never 0, which invites an immediate retry.
         let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
         let ms = retry_after.as_millis().max(1) as u64;
@@ -80,7 +76,7 @@ impl Refusals {
         }
     }
 
-    pub fn level_name(&self) -> &WireName {
+    pub fn level_name(&self) -> &HeaderName {
         &self.level_name
     }
 
@@ -88,31 +84,6 @@ impl Refusals {
     #[inline]
     pub fn level_value(&self, level: AdmissionLevel) -> HeaderValue {
         self.level.value(level)
-    }
-
-    /// The refusal: HTTP 503, or gRPC trailers-only `RESOURCE_EXHAUSTED` (sent as one
-    /// end-of-stream HEADERS frame).
-    pub fn response(
-        &self,
-        grpc: bool,
-        reason: ShedReason,
-        level: AdmissionLevel,
-    ) -> Box<ResponseHeader> {
-        let status = if grpc { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
-        let mut resp = ResponseHeader::build(status, Some(6)).expect("static status is valid");
-        let _ = resp.insert_header(self.level_name.wire(), self.level_value(level));
-        let _ =
-            resp.insert_header(self.shed_name.clone(), HeaderValue::from_static(reason.as_str()));
-        if grpc {
-            let _ = resp.insert_header(http::header::CONTENT_TYPE, "application/grpc");
-            let _ = resp.insert_header("grpc-status", GRPC_STATUS_RESOURCE_EXHAUSTED);
-            let _ = resp.insert_header("grpc-message", reason.grpc_message());
-            let _ = resp.insert_header("grpc-retry-pushback-ms", self.pushback_ms.clone());
-        } else {
-            let _ = resp.insert_header(http::header::RETRY_AFTER, self.retry_after.clone());
-            let _ = resp.insert_header(http::header::CONTENT_LENGTH, "0");
-        }
-        Box::new(resp)
     }
 
     /// The refusal's status and headers, without the level (stamped on every response by
@@ -156,15 +127,6 @@ impl Refusals {
         }
         headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("0"));
         (status, headers)
-    }
-
-    /// An error response of our own (upstream unreachable and the like), with the level.
-    pub fn error_response(&self, status: u16, level: AdmissionLevel) -> Box<ResponseHeader> {
-        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
-        let mut resp = ResponseHeader::build(status, Some(3)).expect("status is valid");
-        let _ = resp.insert_header(self.level_name.wire(), self.level_value(level));
-        let _ = resp.insert_header(http::header::CONTENT_LENGTH, "0");
-        Box::new(resp)
     }
 }
 

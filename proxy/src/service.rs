@@ -147,7 +147,7 @@ impl Inbound {
     /// `x-admission-level` (as configured) and the current level.
     pub fn level_header(&self) -> (&HeaderName, http::HeaderValue) {
         let value = self.refusals.level_value(self.shared.engine.level());
-        (self.refusals.level_name().name(), value)
+        (self.refusals.level_name(), value)
     }
 
     /// The level layer around everything else.
@@ -161,7 +161,7 @@ impl Inbound {
         let mut response = self.handle(&conn, req).await;
         conn.expect_head.store(true, Release);
         let level = self.refusals.level_value(self.shared.engine.level());
-        response.headers_mut().insert(self.refusals.level_name().name().clone(), level);
+        response.headers_mut().insert(self.refusals.level_name().clone(), level);
         Ok(response)
     }
 

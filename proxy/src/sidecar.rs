@@ -4,24 +4,21 @@
 use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use admission_core::audit::AuditCounters;
 use admission_core::{AdmissionEngine, Clock};
 use control_api::{SidecarStatus, SidecarView, TableStore};
-use pingora::server::{ExecutionPhase, RunArgs};
-use tokio::sync::{broadcast, watch};
+use tokio::sync::watch;
 
 use crate::admin::AdminThread;
 use crate::app_time::AppTime;
-use crate::config::{DataPlane, SidecarConfig};
+use crate::config::SidecarConfig;
 use crate::control_loop::ControlLoop;
 use crate::inflight::InflightLimit;
 use crate::plane::HyperPlane;
-use crate::server::{build_server, reserve};
 pub use crate::shared::{ActiveRequest, Shared};
-use crate::shutdown::{StopKind, StopSignal};
+use crate::shutdown::StopKind;
 use crate::telemetry::ProxyMetrics;
 
 /// A running sidecar.
@@ -31,15 +28,9 @@ pub struct Sidecar {
     admin_addr: SocketAddr,
     grace: Duration,
     stop: watch::Sender<Option<StopKind>>,
-    plane: Plane,
+    plane: HyperPlane,
     admin: Option<AdminThread>,
     egress: Option<crate::egress::Egress>,
-}
-
-/// The data plane carrying the inbound role (`inbound.data_plane`).
-enum Plane {
-    Hyper(HyperPlane),
-    Pingora { phases: broadcast::Receiver<ExecutionPhase>, proxy_thread: Option<JoinHandle<()>> },
 }
 
 /// Why the sidecar could not start.
@@ -108,26 +99,8 @@ impl Sidecar {
         let admin = AdminThread::start(&config, shared.clone())?;
         let admin_addr = admin.addr();
         let (stop, stop_rx) = watch::channel(None);
-        let (plane, inbound_addr) = match config.inbound.data_plane {
-            DataPlane::Hyper => {
-                let (plane, addr) =
-                    HyperPlane::start(&config, shared.clone(), metrics, stop_rx, os_signals)?;
-                (Plane::Hyper(plane), addr)
-            }
-            DataPlane::Pingora => {
-                let inbound_addr = reserve(config.inbound.listen)?;
-                let server = build_server(&config, inbound_addr, shared.clone(), metrics)?;
-                let phases = server.watch_execution_phase();
-                let signal = StopSignal::new(stop_rx, shared.clone(), os_signals);
-                let proxy_thread = std::thread::Builder::new()
-                    .name("weir-pingora".into())
-                    .spawn(move || server.run(RunArgs { shutdown_signal: Box::new(signal) }))
-                    .map_err(|e| {
-                        StartError::Other(format!("cannot spawn the proxy thread: {e}"))
-                    })?;
-                (Plane::Pingora { phases, proxy_thread: Some(proxy_thread) }, inbound_addr)
-            }
-        };
+        let (plane, inbound_addr) =
+            HyperPlane::start(&config, shared.clone(), metrics, stop_rx, os_signals)?;
 
         let egress = if config.egress.enabled {
             Some(crate::egress::Egress::start(&config)?)
@@ -192,24 +165,13 @@ impl Sidecar {
 
     /// Waits for the stop to reach the data plane, then for the active requests to finish.
     fn drain_after_stop(&mut self) -> bool {
-        let graceful = match &mut self.plane {
-            Plane::Hyper(plane) => plane.wait_stop() == StopKind::Graceful,
-            Plane::Pingora { phases, .. } => loop {
-                match phases.blocking_recv() {
-                    Ok(ExecutionPhase::GracefulTerminate) => break true,
-                    Ok(ExecutionPhase::Terminated) | Err(broadcast::error::RecvError::Closed) => {
-                        break false
-                    }
-                    Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
-                }
-            },
-        };
+        let graceful = self.plane.wait_stop() == StopKind::Graceful;
         if !graceful {
             self.finish_fast();
             return self.shared.active() == 0;
         }
         let deadline = Instant::now() + self.grace;
-        // A bounded poll: neither plane has an event for "the last request finished".
+        // A bounded poll: there is no event for "the last request finished".
         while self.shared.active() > 0 && Instant::now() < deadline {
             std::thread::sleep(DRAIN_POLL);
         }
@@ -221,12 +183,7 @@ impl Sidecar {
         if let Some(mut egress) = self.egress.take() {
             egress.shutdown();
         }
-        match &mut self.plane {
-            Plane::Hyper(plane) => plane.shutdown(),
-            // Pingora's thread now sleeps out its grace and exits on its own; the listener
-            // is already closed, so leave it.
-            Plane::Pingora { proxy_thread, .. } => drop(proxy_thread.take()),
-        }
+        self.plane.shutdown();
         drained
     }
 
@@ -235,24 +192,14 @@ impl Sidecar {
         if let Some(mut egress) = self.egress.take() {
             egress.shutdown();
         }
-        match &mut self.plane {
-            Plane::Hyper(plane) => plane.shutdown(),
-            Plane::Pingora { proxy_thread, .. } => {
-                if let Some(t) = proxy_thread.take() {
-                    let _ = t.join();
-                }
-            }
-        }
+        self.plane.shutdown();
         if let Some(admin) = self.admin.take() {
             admin.stop();
         }
     }
 
     fn running(&self) -> bool {
-        match &self.plane {
-            Plane::Hyper(plane) => plane.is_running(),
-            Plane::Pingora { proxy_thread, .. } => proxy_thread.is_some(),
-        }
+        self.plane.is_running()
     }
 
     fn wait_listening(&self) -> Result<(), StartError> {
@@ -260,11 +207,6 @@ impl Sidecar {
         while Instant::now() < deadline {
             if TcpStream::connect_timeout(&self.inbound_addr, Duration::from_millis(100)).is_ok() {
                 return Ok(());
-            }
-            if let Plane::Pingora { proxy_thread: Some(t), .. } = &self.plane {
-                if t.is_finished() {
-                    break;
-                }
             }
             std::thread::sleep(Duration::from_millis(5));
         }

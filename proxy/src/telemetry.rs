@@ -126,7 +126,7 @@ impl ProxyMetrics {
     }
 }
 
-/// Installs the tracing subscriber (and the `log` bridge pingora logs through). Idempotent.
+/// Installs the tracing subscriber. Idempotent.
 pub fn init_logging(config: &LogConfig) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.filter))

@@ -28,9 +28,6 @@ fn entry(app: &Backend, dir: &tempfile::TempDir) -> weir_proxy::Sidecar {
         c.inbound.entry = true;
         c.admin.table_file = Some(table);
         c.admin.user_secret_file = Some(secret);
-        if std::env::var("WEIR_EDGE_PLANE").as_deref() == Ok("pingora") {
-            c.inbound.data_plane = weir_proxy::config::DataPlane::Pingora;
-        }
     })
 }
 

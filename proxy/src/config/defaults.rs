@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use super::{
-    AppProtocol, DataPlane, H2Config, HeaderNames, InboundConfig, InboundTimeouts, LogConfig,
+    AppProtocol, H2Config, HeaderNames, InboundConfig, InboundTimeouts, LogConfig,
     LogFormat,
 };
 
@@ -26,7 +26,6 @@ impl Default for InboundConfig {
             threads: 0,
             work_stealing: false,
             headers: HeaderNames::default(),
-            data_plane: DataPlane::Hyper,
             max_connections: 10_000,
             max_queued_per_connection: 64,
             h2: H2Config::default(),

@@ -107,6 +107,4 @@ fn connection_settings_have_documented_defaults_and_are_validated() {
     ] {
         assert_eq!(SidecarConfig::from_yaml(yaml).unwrap_err().path, field, "{yaml}");
     }
-    let e = SidecarConfig::from_yaml("inbound:\n  data_plane: nginx\n").unwrap_err();
-    assert_eq!(e.path, "inbound.data_plane", "{e}");
 }

@@ -15,23 +15,36 @@ fn level(b: u8, u: u8) -> AdmissionLevel {
 
 #[test]
 fn http_refusal_is_503_with_retry_after() {
-    let r = refusals().response(false, ShedReason::Overload, level(3, 64));
-    assert_eq!(r.status, 503);
-    assert_eq!(r.headers["retry-after"], "2");
-    assert_eq!(r.headers["x-weir-shed"], "overload");
-    assert_eq!(r.headers["x-admission-level"], "3.64");
-    assert_eq!(r.headers["content-length"], "0");
+    let (status, headers) = refusals().refusal_head(false, ShedReason::Overload);
+    assert_eq!(status, 503);
+    assert_eq!(headers["retry-after"], "2");
+    assert_eq!(headers["x-weir-shed"], "overload");
+    assert_eq!(headers["content-length"], "0");
 }
 
 #[test]
 fn grpc_refusal_is_trailers_only_resource_exhausted() {
-    let r = refusals().response(true, ShedReason::Deadline, level(0, 0));
-    assert_eq!(r.status, 200);
-    assert_eq!(r.headers["grpc-status"], "8");
-    assert_eq!(r.headers["grpc-retry-pushback-ms"], "1500");
-    assert_eq!(r.headers["content-type"], "application/grpc");
-    assert_eq!(r.headers["x-weir-shed"], "deadline");
-    assert!(r.headers.get("retry-after").is_none());
+    let (status, headers) = refusals().refusal_head(true, ShedReason::Deadline);
+    assert_eq!(status, 200);
+    assert_eq!(headers["grpc-status"], "8");
+    assert_eq!(headers["grpc-retry-pushback-ms"], "1500");
+    assert_eq!(headers["content-type"], "application/grpc");
+    assert_eq!(headers["x-weir-shed"], "deadline");
+    assert!(headers.get("retry-after").is_none());
+    assert!(headers.get("content-length").is_none(), "trailers-only: no body at all");
+}
+
+#[test]
+fn weirs_own_errors_map_to_grpc_statuses_for_grpc_callers() {
+    let r = refusals();
+    for (status, grpc) in [(502, "14"), (504, "4"), (400, "13")] {
+        let (code, headers) = r.error_head(StatusCode::from_u16(status).unwrap(), true);
+        assert_eq!(code, StatusCode::OK, "{status}");
+        assert_eq!(headers["grpc-status"], grpc, "{status}");
+        let (code, headers) = r.error_head(StatusCode::from_u16(status).unwrap(), false);
+        assert_eq!(code.as_u16(), status);
+        assert_eq!(headers["content-length"], "0");
+    }
 }
 
 #[test]
