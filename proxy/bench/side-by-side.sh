@@ -1,21 +1,20 @@
 #!/usr/bin/env bash
-# Per-request cost of nginx-as-proxy, a bare pingora proxy and weir (on each data plane it
-# has: `inbound.data_plane`), side by side in one run.
+# Per-request cost of nginx-as-proxy and weir, side by side in one run. (Until issue 8 it also
+# ran a bare pingora proxy and weir on its pingora plane; proxy/README.md has those numbers.)
 # The app is nginx `return 200` (CPU 0, with wrk); every proxy has one worker on CPU 1.
 # Each round: per proxy, 1 s warm-up then SECS of `wrk -t1 -c64`; CPU/request is the
 # utime+stime delta of the proxy's processes (/proc/PID/stat) over the requests served;
 # `app_conns` is how many connections the app accepted meanwhile (keep-alive reuse check).
 #
-#   cargo build --release -p proxy --bin weir --example bare_pingora
+#   cargo build --release -p proxy --bin weir
 #   proxy/bench/side-by-side.sh [ROUNDS] [SECS]        # needs nginx, wrk, taskset, curl, bc
 #
-# WEIR=path and BARE=path pick other binaries; NO_PINGORA=1 runs nginx and weir only. Ports
-# 18080-18094 on 127.0.0.1. CONNS=8 changes wrk's connection count (default 64).
+# WEIR=path picks another binary. Ports 18080-18093 on 127.0.0.1. CONNS=8 changes wrk's
+# connection count (default 64).
 set -euo pipefail
 rounds=${1:-3}; secs=${2:-5}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 weir=${WEIR:-$root/target/release/weir}
-bare=${BARE:-$root/target/release/examples/bare_pingora}
 dir=$(mktemp -d); tick=$(getconf CLK_TCK)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$dir"; }
@@ -36,27 +35,14 @@ http { access_log off; keepalive_requests 10000000;
     proxy_http_version 1.1; proxy_set_header Connection ""; } } }
 CONF
 cat > "$dir/weir.yaml" <<CONF
-inbound: { listen: 127.0.0.1:18083, app: 127.0.0.1:18080, max_inflight: 1024, threads: 1, data_plane: hyper }
+inbound: { listen: 127.0.0.1:18083, app: 127.0.0.1:18080, max_inflight: 1024, threads: 1 }
 admin: { listen: 127.0.0.1:18093 }
-log: { filter: warn }
-CONF
-cat > "$dir/weir-pingora.yaml" <<CONF
-inbound: { listen: 127.0.0.1:18084, app: 127.0.0.1:18080, max_inflight: 1024, threads: 1, data_plane: pingora }
-admin: { listen: 127.0.0.1:18094 }
 log: { filter: warn }
 CONF
 taskset -c 0 nginx -c "$dir/app.conf" & pids+=($!)
 taskset -c 1 nginx -c "$dir/nginx.conf" & nginx_pid=$!; pids+=($nginx_pid)
-if [ -z "${NO_PINGORA:-}" ]; then
-  taskset -c 1 "$bare" 127.0.0.1:18082 127.0.0.1:18080 1 2>"$dir/bare.err" & bare_pid=$!; pids+=($bare_pid)
-fi
 taskset -c 1 "$weir" run --config "$dir/weir.yaml" 2>"$dir/weir.err" & weir_pid=$!; pids+=($weir_pid)
-if [ -z "${NO_PINGORA:-}" ]; then
-  taskset -c 1 "$weir" run --config "$dir/weir-pingora.yaml" 2>"$dir/weir-pingora.err" & weirp_pid=$!; pids+=($weirp_pid)
-  contenders="nginx:18081:$nginx_pid bare-pingora:18082:$bare_pid weir-hyper:18083:$weir_pid weir-pingora:18084:$weirp_pid"
-else
-  contenders="nginx:18081:$nginx_pid weir:18083:$weir_pid"
-fi
+contenders="nginx:18081:$nginx_pid weir:18083:$weir_pid"
 sleep 1.5
 cpu() { local t=0 p; for p in $(pgrep -P "$1") "$1"; do t=$((t + $(awk '{print $14+$15}' "/proc/$p/stat"))); done; echo $t; }
 accepts() { curl -s http://127.0.0.1:18090/ | awk 'NR==3{print $1}'; }

@@ -10,14 +10,19 @@
 //! as FIFO's; only who waits changes. The limit can change at run time (the adaptive limit
 //! that follows will drive it).
 //!
-//! Everything sits behind one short mutex: a free slot costs a lock and a counter, and a
-//! release hands the slot to the next waiter under the same lock, so no newcomer can slip
-//! past the queue.
+//! The common case costs no lock: while nobody waits, taking a slot is a compare-exchange
+//! below the limit and giving it back is one decrement. The queue sits behind one short
+//! mutex, taken only when somebody waits: a release then hands the slot to the most
+//! important waiter under it. A release that races with a newcomer entering the queue
+//! cannot strand it: the releaser decrements `inflight` and then reads `waiters`, the
+//! newcomer publishes itself in `waiters` and then reads `inflight` (both sequentially
+//! consistent), so at least one of them sees the other and grants the slot.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
+use std::task::{Context, Poll, Waker};
 
 use admission_core::Priority;
 
@@ -28,14 +33,17 @@ mod waiting;
 /// The in-flight limit and the bounded queue in front of it.
 #[derive(Debug)]
 pub struct InflightLimit {
+    /// Slots held, including any beyond a lowered limit until they are released. Only ever
+    /// raised by [`InflightLimit::try_take`] (so it passes `limit` only when the limit drops).
+    inflight: AtomicUsize,
+    limit: AtomicUsize,
+    /// `state.waiting.len()`, written under the lock, read without it by the fast paths.
+    waiters: AtomicUsize,
     state: Mutex<State>,
 }
 
 #[derive(Debug)]
 struct State {
-    limit: usize,
-    /// Slots held, including any beyond a lowered limit until they are released.
-    inflight: usize,
     max_queued: usize,
     waiting: Waiting,
 }
@@ -60,12 +68,10 @@ pub enum NoSlot {
 impl InflightLimit {
     pub fn new(max_inflight: usize, max_queued: usize) -> Arc<Self> {
         Arc::new(InflightLimit {
-            state: Mutex::new(State {
-                limit: max_inflight.max(1),
-                inflight: 0,
-                max_queued,
-                waiting: Waiting::default(),
-            }),
+            inflight: AtomicUsize::new(0),
+            limit: AtomicUsize::new(max_inflight.max(1)),
+            waiters: AtomicUsize::new(0),
+            state: Mutex::new(State { max_queued, waiting: Waiting::default() }),
         })
     }
 
@@ -75,7 +81,7 @@ impl InflightLimit {
     }
 
     pub fn limit(&self) -> usize {
-        self.state().limit
+        self.limit.load(SeqCst)
     }
 
     pub fn max_queued(&self) -> usize {
@@ -99,31 +105,62 @@ impl InflightLimit {
 
     /// Requests waiting for a slot now.
     pub fn queued(&self) -> usize {
-        self.state().waiting.len()
+        self.waiters.load(SeqCst)
     }
 
     /// Requests holding a slot now.
     pub fn inflight(&self) -> usize {
-        self.state().inflight
+        self.inflight.load(SeqCst)
+    }
+
+    /// Takes a slot if one is free under the limit.
+    fn try_take(&self) -> bool {
+        let mut held = self.inflight.load(SeqCst);
+        loop {
+            if held >= self.limit.load(SeqCst) {
+                return false;
+            }
+            match self.inflight.compare_exchange_weak(held, held + 1, SeqCst, SeqCst) {
+                Ok(_) => return true,
+                Err(now) => held = now,
+            }
+        }
+    }
+
+    /// Under the lock: grants free slots to the most important waiters; their wakers.
+    fn grant_locked(&self, state: &mut State, wake: &mut impl Extend<Waker>) {
+        while !state.waiting.is_empty() && self.try_take() {
+            if let Some(waker) = state.waiting.grant_most_important() {
+                wake.extend(waker);
+            }
+        }
+        self.waiters.store(state.waiting.len(), SeqCst);
+    }
+
+    /// Under the lock: publishes the queue length and then grants what the releases that
+    /// could not see the newest waiter left free; the one waker to wake, if any (a newcomer
+    /// arriving to a free slot is at most one grant).
+    fn publish_and_grant(&self, state: &mut State) -> Option<Waker> {
+        let mut wake: Option<Waker> = None;
+        self.waiters.store(state.waiting.len(), SeqCst);
+        while !state.waiting.is_empty() && self.try_take() {
+            if let Some(Some(waker)) = state.waiting.grant_most_important() {
+                if let Some(previous) = wake.replace(waker) {
+                    previous.wake();
+                }
+            }
+        }
+        self.waiters.store(state.waiting.len(), SeqCst);
+        wake
     }
 
     /// Changes the in-flight limit; effective at once. Slots in use beyond a lowered limit
     /// are retired as their requests finish.
     pub fn set_limit(&self, new: usize) {
-        let mut state = self.state();
-        state.limit = new.max(1);
+        self.limit.store(new.max(1), SeqCst);
         let mut wake = Vec::new();
-        while state.inflight < state.limit {
-            match state.waiting.grant_most_important() {
-                Some(waker) => {
-                    state.inflight += 1;
-                    wake.extend(waker);
-                }
-                None => break,
-            }
-        }
-        drop(state);
-        wake.into_iter().for_each(|w| w.wake());
+        self.grant_locked(&mut self.state(), &mut wake);
+        wake.into_iter().for_each(Waker::wake);
     }
 
     pub fn set_max_queued(&self, n: usize) {
@@ -132,9 +169,7 @@ impl InflightLimit {
 
     /// A slot right away, without queuing, if one is free and nobody waits for it.
     pub fn try_slot(self: &Arc<Self>) -> Option<Slot> {
-        let mut state = self.state();
-        if state.inflight < state.limit && state.waiting.is_empty() {
-            state.inflight += 1;
+        if self.waiters.load(SeqCst) == 0 && self.try_take() {
             return Some(Slot { owner: self.clone() });
         }
         None
@@ -144,10 +179,12 @@ impl InflightLimit {
     /// for a more important newcomer, and refuses the newcomer otherwise. Dropping the
     /// future (client gone, shutdown) leaves the queue.
     pub async fn slot(self: &Arc<Self>, priority: Priority) -> Result<Slot, NoSlot> {
-        let (ticket, evicted) = {
+        if let Some(slot) = self.try_slot() {
+            return Ok(slot);
+        }
+        let (ticket, evicted, granted) = {
             let mut state = self.state();
-            if state.inflight < state.limit && state.waiting.is_empty() {
-                state.inflight += 1;
+            if state.waiting.is_empty() && self.try_take() {
                 return Ok(Slot { owner: self.clone() });
             }
             let mut evicted = None;
@@ -157,11 +194,10 @@ impl InflightLimit {
                     None => return Err(NoSlot::QueueFull),
                 }
             }
-            (state.waiting.push(priority), evicted)
+            let ticket = state.waiting.push(priority);
+            (ticket, evicted, self.publish_and_grant(&mut state))
         };
-        if let Some(waker) = evicted {
-            waker.wake();
-        }
+        evicted.into_iter().chain(granted).for_each(Waker::wake);
         match (Wait { owner: self, ticket: Some(ticket) }).await {
             Outcome::Granted => Ok(Slot { owner: self.clone() }),
             Outcome::Evicted => Err(NoSlot::Evicted),
@@ -173,15 +209,21 @@ impl InflightLimit {
     pub async fn slot_past_bound(self: &Arc<Self>, priority: Priority) -> (Slot, bool) {
         let mut over = false;
         loop {
-            let ticket = {
+            if let Some(slot) = self.try_slot() {
+                return (slot, over);
+            }
+            let (ticket, granted) = {
                 let mut state = self.state();
-                if state.inflight < state.limit && state.waiting.is_empty() {
-                    state.inflight += 1;
+                if state.waiting.is_empty() && self.try_take() {
                     return (Slot { owner: self.clone() }, over);
                 }
                 over |= state.waiting.len() >= state.max_queued;
-                state.waiting.push(priority)
+                let ticket = state.waiting.push(priority);
+                (ticket, self.publish_and_grant(&mut state))
             };
+            if let Some(waker) = granted {
+                waker.wake();
+            }
             // Only an enforcing waiter evicts; should the mode change meanwhile, queue again.
             if (Wait { owner: self, ticket: Some(ticket) }).await == Outcome::Granted {
                 return (Slot { owner: self.clone() }, over);
@@ -191,17 +233,12 @@ impl InflightLimit {
 
     /// Gives a slot back: to the most important waiter if the limit allows, else free.
     fn release(&self) {
-        let mut state = self.state();
-        state.inflight -= 1;
-        let mut next = None;
-        if state.inflight < state.limit {
-            if let Some(waker) = state.waiting.grant_most_important() {
-                state.inflight += 1;
-                next = waker;
-            }
+        self.inflight.fetch_sub(1, SeqCst);
+        if self.waiters.load(SeqCst) == 0 {
+            return;
         }
-        drop(state);
-        if let Some(waker) = next {
+        let granted = self.publish_and_grant(&mut self.state());
+        if let Some(waker) = granted {
             waker.wake();
         }
     }
@@ -237,7 +274,12 @@ impl Future for Wait<'_> {
 impl Drop for Wait<'_> {
     fn drop(&mut self) {
         let Some(ticket) = self.ticket.take() else { return };
-        let left = self.owner.state().waiting.leave(ticket);
+        let left = {
+            let mut state = self.owner.state();
+            let left = state.waiting.leave(ticket);
+            self.owner.waiters.store(state.waiting.len(), SeqCst);
+            left
+        };
         if left == Some(Outcome::Granted) {
             // Granted but never taken: pass the slot on.
             self.owner.release();

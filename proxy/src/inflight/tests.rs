@@ -192,3 +192,38 @@ async fn futures_poll_once<F: Future + Unpin>(mut f: F) -> Option<F::Output> {
     })
     .await
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn racing_releases_and_newcomers_never_strand_a_waiter_nor_pass_the_limit() {
+    // The fast paths run without the lock: a release that misses a newcomer entering the
+    // queue must still get the slot to it (or every waiter would hang until the timeout).
+    const LIMIT: usize = 2;
+    let limit = InflightLimit::new(LIMIT, 10_000);
+    let peak = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let tasks: Vec<_> = (0..64)
+        .map(|i| {
+            let (limit, peak) = (limit.clone(), peak.clone());
+            tokio::spawn(async move {
+                for round in 0..200u32 {
+                    let p = Priority { business: ((i + round as usize) % 3) as u8, user: 0 };
+                    let slot = limit.slot(p).await.expect("the queue is large enough");
+                    peak.fetch_max(limit.inflight(), SeqCst);
+                    if round % 7 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                    drop(slot);
+                }
+            })
+        })
+        .collect();
+    let all = async {
+        for t in tasks {
+            t.await.unwrap();
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(30), all)
+        .await
+        .expect("no waiter stranded");
+    assert!(peak.load(SeqCst) <= LIMIT, "peak {}", peak.load(SeqCst));
+    assert_eq!((limit.inflight(), limit.queued()), (0, 0));
+}
