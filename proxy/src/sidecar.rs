@@ -102,11 +102,8 @@ impl Sidecar {
         let (plane, inbound_addr) =
             HyperPlane::start(&config, shared.clone(), metrics, stop_rx, os_signals)?;
 
-        let egress = if config.egress.enabled {
-            Some(crate::egress::Egress::start(&config)?)
-        } else {
-            None
-        };
+        let egress =
+            if config.egress.enabled { Some(crate::egress::Egress::start(&config)?) } else { None };
         let sidecar = Sidecar {
             shared,
             inbound_addr,

@@ -3,8 +3,7 @@
 use std::time::Duration;
 
 use super::{
-    AppProtocol, H2Config, HeaderNames, InboundConfig, InboundTimeouts, LogConfig,
-    LogFormat,
+    AppProtocol, H2Config, HeaderNames, InboundConfig, InboundTimeouts, LogConfig, LogFormat,
 };
 
 impl Default for InboundConfig {
