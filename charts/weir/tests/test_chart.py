@@ -325,7 +325,7 @@ def check_sidecar(case: Case, config: dict, where: str, spec: dict) -> None:
 
 def check_invariants(case: Case) -> None:
     config = weir_config(case)
-    # The config mirrors DESIGN's sections and keys.
+    # The config mirrors the sidecar's configuration sections and keys (docs/design.md §12).
     assert set(config) == {"inbound", "admission", "admin"}, f"config sections {sorted(config)}"
     for key in ("listen", "app", "max_inflight", "max_queued", "task_timeout", "entry", "shutdown_grace"):
         assert key in config["inbound"], f"config inbound.{key} missing"
