@@ -23,10 +23,6 @@ pub enum Kind {
     WeirGoodput,
     /// weir with its shipped default configuration (the default law).
     Weir,
-    /// weir on the pingora data plane (`inbound.data_plane: pingora`), for the side-by-side.
-    WeirPingora,
-    /// weir on the hyper data plane (`inbound.data_plane: hyper`), for the side-by-side.
-    WeirHyper,
 }
 
 impl Kind {
@@ -38,16 +34,11 @@ impl Kind {
             Kind::WeirDagor => "weir-dagor",
             Kind::WeirGoodput => "weir-goodput",
             Kind::Weir => "weir",
-            Kind::WeirPingora => "weir-pingora",
-            Kind::WeirHyper => "weir-hyper",
         }
     }
 
     pub fn is_weir(self) -> bool {
-        matches!(
-            self,
-            Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput | Kind::WeirPingora | Kind::WeirHyper
-        )
+        matches!(self, Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput)
     }
 }
 
@@ -99,11 +90,7 @@ impl Contender {
                 let args = vec!["-c".into(), path_arg(&cfg), "-p".into(), path_arg(dir.path())];
                 (require("nginx")?, args)
             }
-            Kind::Weir
-            | Kind::WeirDagor
-            | Kind::WeirGoodput
-            | Kind::WeirPingora
-            | Kind::WeirHyper => {
+            Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput => {
                 anyhow::ensure!(
                     opts.weir_bin.is_file(),
                     "{} not found: build it with `cargo build --release -p proxy`",
@@ -279,15 +266,10 @@ pub fn weir_config(
         Kind::WeirGoodput => "admission:\n  law: goodput\n",
         _ => "",
     };
-    let plane = match kind {
-        Kind::WeirPingora => "  data_plane: pingora\n",
-        Kind::WeirHyper => "  data_plane: hyper\n",
-        _ => "",
-    };
     let inflight = o.weir_max_inflight.map_or(String::new(), |n| format!("  max_inflight: {n}\n"));
     format!(
         "inbound:\n  listen: {listen}\n  app: {backend}\n{inflight}  threads: 1\n\
-         {plane}{law}\
+         {law}\
          admin:\n  listen: {admin}\n\
          log:\n  filter: warn\n",
     )

@@ -411,8 +411,7 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.digits$}"))
 }
 
-/// The side-by-side table (medians; ratios to nginx in the same workload), then weir-hyper
-/// against weir-pingora.
+/// The side-by-side table: medians, and ratios to nginx in the same workload.
 pub fn markdown(summaries: &[Summary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
@@ -445,34 +444,6 @@ pub fn markdown(summaries: &[Summary]) -> String {
             m.rps_spread * 100.0,
             m.cpu_spread.map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
         );
-    }
-    let pairs: Vec<(&Summary, &Summary)> = summaries
-        .iter()
-        .filter(|h| h.contender == "weir-hyper")
-        .filter_map(|h| {
-            let p = summaries
-                .iter()
-                .find(|p| p.contender == "weir-pingora" && p.workload == h.workload)?;
-            Some((h, p))
-        })
-        .collect();
-    if !pairs.is_empty() {
-        let _ = writeln!(
-            s,
-            "\nweir-hyper / weir-pingora (decision rule: CPU/request <= 0.75 over HTTP/1.1):\n"
-        );
-        let _ = writeln!(s, "| workload | CPU us/req | requests/s | p99 |");
-        let _ = writeln!(s, "|---|---:|---:|---:|");
-        for (h, p) in pairs {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} |",
-                h.workload.label(),
-                ratio(h.cpu_us_per_request, p.cpu_us_per_request),
-                ratio(Some(h.rps), Some(p.rps)),
-                ratio(Some(h.p99_ms), Some(p.p99_ms)),
-            );
-        }
     }
     s
 }

@@ -1,7 +1,7 @@
 //! HTTP/2 (h2c) protocol edges through the real sidecar: a caller that never opens its flow
 //! control window, one connection opening 2,000 streams, and HEAD / 1xx / 204 / 304. Each
 //! misbehaving caller runs next to a well-behaved one that must be served normally. See
-//! `support/misbehaving.rs` for `WEIR_EDGE_PLANE` and `WEIR_EDGE_DISARM`.
+//! `support/misbehaving.rs` for `WEIR_EDGE_DISARM`.
 
 mod support;
 

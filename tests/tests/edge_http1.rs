@@ -1,8 +1,8 @@
 //! HTTP/1.x protocol edges through the real sidecar: each case is a misbehaving (or merely
 //! unusual) caller, and where it could hold something, a well-behaved caller that must be
 //! served normally at the same time. Timeouts are configured short (`SHORT`) and asserted
-//! with a generous `MARGIN`. See `support/misbehaving.rs` for `WEIR_EDGE_PLANE` and
-//! `WEIR_EDGE_DISARM` (every guard huge: the guard tests must then fail).
+//! with a generous `MARGIN`. See `support/misbehaving.rs` for `WEIR_EDGE_DISARM` (every guard
+//! huge: the guard tests must then fail).
 
 mod support;
 

@@ -2,7 +2,7 @@
 //!
 //! ```sh
 //! cargo build --release -p proxy --bin weir -p weir-tests --bin overhead-bench
-//! ./target/release/overhead-bench            # direct, nginx, HAProxy, weir-pingora, weir-hyper
+//! ./target/release/overhead-bench            # direct, nginx, HAProxy, weir
 //! ./target/release/overhead-bench --quick    # 3 s x 1 round: a smoke run
 //! ```
 //!
@@ -25,9 +25,7 @@ use weir_harness::procfs;
 use weir_harness::report::Machine;
 
 #[derive(Parser, Debug)]
-#[command(
-    about = "Proxy overhead: direct, nginx, HAProxy and weir on each data plane, one pinned worker each"
-)]
+#[command(about = "Proxy overhead: direct, nginx, HAProxy and weir, one pinned worker each")]
 struct Args {
     /// One short round: a smoke run (3 s per measurement unless --seconds).
     #[arg(long)]
@@ -48,7 +46,7 @@ struct Args {
     #[arg(
         long,
         value_delimiter = ',',
-        default_values = ["direct", "nginx", "haproxy", "weir-pingora", "weir-hyper"]
+        default_values = ["direct", "nginx", "haproxy", "weir"]
     )]
     contenders: Vec<Kind>,
     /// HTTP/1.1 client: wrk when installed (default), or the built-in Rust client.

@@ -81,27 +81,23 @@ fn medians_are_per_metric_and_ratios_are_to_nginx() {
     assert_eq!(median(&[]), None);
     let all = vec![
         measurement(0, "nginx", 100.0, 10.0),
-        measurement(0, "weir-hyper", 90.0, 30.0),
-        measurement(0, "weir-pingora", 40.0, 20.0),
+        measurement(0, "weir", 90.0, 30.0),
         measurement(1, "nginx", 120.0, 12.0),
-        measurement(1, "weir-hyper", 95.0, 11.0),
-        measurement(1, "weir-pingora", 50.0, 25.0),
+        measurement(1, "weir", 95.0, 11.0),
         measurement(2, "nginx", 110.0, 11.0),
-        measurement(2, "weir-hyper", 99.0, 12.0),
-        measurement(2, "weir-pingora", 45.0, 24.0),
+        measurement(2, "weir", 99.0, 12.0),
     ];
     let s = summarise(&all);
-    assert_eq!(s.len(), 3);
-    let hyper = &s[1];
-    assert_eq!(hyper.contender, "weir-hyper");
-    assert_eq!(hyper.rounds, 3);
+    assert_eq!(s.len(), 2);
+    let weir = &s[1];
+    assert_eq!(weir.contender, "weir");
+    assert_eq!(weir.rounds, 3);
     // Each metric's own median, not the median round's: rps 95 (round 1), CPU 12 (round 2).
-    assert_eq!(hyper.rps, 95.0);
-    assert_eq!(hyper.cpu_us_per_request, Some(12.0));
-    assert!((hyper.rps_spread - 9.0 / 95.0).abs() < 1e-9);
+    assert_eq!(weir.rps, 95.0);
+    assert_eq!(weir.cpu_us_per_request, Some(12.0));
+    assert!((weir.rps_spread - 9.0 / 95.0).abs() < 1e-9);
     let table = markdown(&s);
-    // rps vs nginx 95/110, CPU vs nginx 12/11; hyper vs pingora CPU 12/24.
+    // rps vs nginx 95/110, CPU vs nginx 12/11.
     assert!(table.contains("| 0.86 |"), "{table}");
     assert!(table.contains("| 1.09 |"), "{table}");
-    assert!(table.contains("| http1-c64 | 0.50 |"), "{table}");
 }

@@ -1,11 +1,11 @@
 //! Misbehaving peers for the protocol-edge tests (`tests/tests/edge_*.rs`), the well-behaved
-//! caller that must still be served next to them, and the data plane they run against.
+//! caller that must still be served next to them.
 //!
-//! - `WEIR_EDGE_PLANE=hyper|pingora` picks the inbound data plane (default: `hyper`), so the
-//!   same cases can be compared on both; nothing here depends on pingora.
-//! - `WEIR_EDGE_DISARM=1` turns every guard the edge tests rely on (timeouts, stream and
-//!   per-connection caps) into something huge: each guard test must then fail, which is how
-//!   we check that they can.
+//! `WEIR_EDGE_DISARM=1` turns every guard the edge tests rely on (timeouts, stream and
+//! per-connection caps) into something huge: each guard test must then fail, which is how we
+//! check that they can. (Before the pingora data plane was removed, the same 15 cases ran
+//! against it too: 14 failed there, all but tonic's refusal; see BENCHMARKS.md, "Proxy
+//! overhead", for the side-by-side that decided between the two planes.)
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use weir_proxy::config::DataPlane;
 use weir_proxy::{Sidecar, SidecarConfig};
 
 use super::client::Http1;
@@ -24,15 +23,6 @@ pub const MARGIN: Duration = Duration::from_secs(3);
 
 /// The short timeout the edge tests configure for the guard under test.
 pub const SHORT: Duration = Duration::from_millis(400);
-
-/// The data plane under test: `WEIR_EDGE_PLANE`, `hyper` unless set.
-pub fn data_plane() -> DataPlane {
-    match std::env::var("WEIR_EDGE_PLANE").as_deref() {
-        Ok("pingora") => DataPlane::Pingora,
-        Ok("hyper") | Err(_) => DataPlane::Hyper,
-        Ok(other) => panic!("WEIR_EDGE_PLANE={other}: expected hyper or pingora"),
-    }
-}
 
 /// Whether the guards are disarmed (`WEIR_EDGE_DISARM=1`), to prove the tests can fail.
 pub fn disarmed() -> bool {
@@ -58,14 +48,13 @@ pub fn guard_count(n: usize) -> usize {
     }
 }
 
-/// A sidecar on the plane under test in front of `app`. Requests without a deadline get
+/// A sidecar in front of `app`. Requests without a deadline get
 /// 10 s (not the default 500 ms), and a long wait under overload is not cut
 /// (`overload_max_wait: 0`), so a well-behaved caller stuck behind a misbehaving one shows
 /// up as "not answered in time" rather than as one of weir's own refusals: these tests are
 /// about the data plane's bounds, not about admission control.
 pub fn edge_sidecar(app: SocketAddr, tweak: impl FnOnce(&mut SidecarConfig)) -> Sidecar {
     super::sidecar(app, |c| {
-        c.inbound.data_plane = data_plane();
         c.inbound.task_timeout = Duration::from_secs(10);
         c.inbound.overload_max_wait = Duration::ZERO;
         tweak(c);
