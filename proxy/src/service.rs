@@ -207,8 +207,9 @@ impl Inbound {
                 self.shared.control.on_queued();
                 // While queued, it is refused as soon as its budget no longer covers the
                 // app's typical time, not when it reaches the head.
+                // (Shadow mode refuses nothing: its waiters wait as long as it takes.)
                 let give_up = if self.shadow() {
-                    deadline + self.task_timeout
+                    arrival + Duration::from_secs(86_400 * 365)
                 } else {
                     self.give_up_at(arrival, deadline)
                 };
@@ -249,7 +250,9 @@ impl Inbound {
             deadline: clock.nanos_at(deadline),
             task_timeout: self.task_timeout.as_nanos() as u64,
             typical_app: self.shared.app_time.typical().as_nanos() as u64,
-            overloaded: engine.overloaded() || engine.level() != AdmissionLevel::FULLY_OPEN,
+            // The max wait drops backlog the level has not cut yet: only while it cuts (a
+            // stalled app with an open level keeps its waiters until their budgets run out).
+            overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
             overload_max_wait: self.overload_max_wait.as_nanos() as u64,
             // Only asked when it matters (a long wait under overload): it takes the lock.
             less_important_waiting: queued

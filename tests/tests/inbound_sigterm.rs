@@ -19,10 +19,14 @@ async fn sigterm_during_load_loses_no_admitted_request() {
     let inbound = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("weir.yaml");
+    // 8 closed-loop callers on 4 slots keep ~4 requests queued for ~50 ms each: past the
+    // default 20 ms threshold, so the capacity law would shed within ~100 ms. This test is
+    // about the drain, not about shedding: thresholds well above the waits.
     std::fs::write(
         &config,
         format!(
             "inbound:\n  listen: {inbound}\n  app: {}\n  max_inflight: 4\n  shutdown_grace: 5s\n  threads: 2\n\
+             admission:\n  queuing_threshold: 1s\n  queuing_exit_threshold: 500ms\n\
              admin:\n  listen: 127.0.0.1:0\nlog:\n  filter: warn\n",
             app.addr
         ),

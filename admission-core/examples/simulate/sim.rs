@@ -471,7 +471,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 deadline: r.deadline,
                 task_timeout: timeout_ns,
                 typical_app,
-                overloaded: engine.overloaded() || engine.level() != AdmissionLevel::FULLY_OPEN,
+                overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
                 overload_max_wait: max_wait_ns,
                 less_important_waiting: pending.less_important_than(r.compound),
                 queued: true,
@@ -518,7 +518,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 deadline: r.deadline,
                 task_timeout: timeout_ns,
                 typical_app,
-                overloaded: engine.overloaded() || engine.level() != AdmissionLevel::FULLY_OPEN,
+                overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
                 overload_max_wait: max_wait_ns,
                 less_important_waiting: pending.less_important_than(r.compound),
                 queued: waited > 0,
@@ -548,7 +548,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 inflight_limit: limit.limit(),
                 queue_depth: pending.len(),
                 oldest_wait_ms: pending.oldest().map_or(0.0, |a| (now - a) as f64 / 1e6),
-                overloaded: engine.overloaded() || engine.level() != AdmissionLevel::FULLY_OPEN,
+                overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
             });
             next_trace += TRACE_NS;
         }
