@@ -145,7 +145,10 @@ pub fn give_up_at(
     task_timeout: Nanos,
     typical_app: Nanos,
 ) -> Nanos {
-    deadline.saturating_sub(typical_app).min(arrival.saturating_add(task_timeout).saturating_add(1))
+    // The first instant at which the wait gate refuses: the remaining budget is below the
+    // app's time, or the wait exceeds the task timeout, or the deadline has come.
+    let cannot_finish = deadline.saturating_sub(typical_app).saturating_add(1);
+    cannot_finish.min(deadline).min(arrival.saturating_add(task_timeout).saturating_add(1))
 }
 
 /// The expected wait of a newcomer with `ahead` more-important-or-equal requests waiting
@@ -214,7 +217,7 @@ mod tests {
     fn waiting_gives_up_when_the_budget_no_longer_covers_the_app() {
         assert_eq!(deadline_gate(Stage::Waiting, &check(489, 500)), Verdict::Forward);
         assert_eq!(deadline_gate(Stage::Waiting, &check(491, 500)), Verdict::CannotFinish);
-        assert_eq!(give_up_at(0, 500 * MS, 500 * MS, 10 * MS), 490 * MS);
+        assert_eq!(give_up_at(0, 500 * MS, 500 * MS, 10 * MS), 490 * MS + 1);
         assert_eq!(give_up_at(0, 9_000 * MS, 500 * MS, 10 * MS), 500 * MS + 1);
     }
 

@@ -253,3 +253,128 @@ fn histogram_counts_are_conserved_under_contention() {
     drained += close_one(&e);
     assert_eq!(drained, 2 * per_thread);
 }
+
+mod gate_and_limit {
+    use std::time::Duration;
+
+    use admission_core::adaptive_limit::{AdaptiveLimit, AdaptiveLimitConfig};
+    use admission_core::gate::{deadline_gate, give_up_at, DeadlineCheck, Stage, Verdict};
+    use proptest::prelude::*;
+
+    const MS: u64 = 1_000_000;
+
+    fn check() -> impl Strategy<Value = DeadlineCheck> {
+        (
+            0u64..2_000,
+            0u64..2_000,
+            1u64..1_000,
+            0u64..200,
+            0u64..2_000,
+            any::<bool>(),
+            0u64..300,
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(
+                |(now, budget, timeout, typical, wait, overloaded, max_wait, less, queued)| {
+                    DeadlineCheck {
+                        arrival: 0,
+                        now: now * MS,
+                        deadline: budget * MS,
+                        task_timeout: timeout * MS,
+                        typical_app: typical * MS,
+                        expected_wait: wait * MS,
+                        overloaded,
+                        overload_max_wait: max_wait * MS,
+                        less_important_waiting: less,
+                        queued,
+                    }
+                },
+            )
+    }
+
+    fn stage() -> impl Strategy<Value = Stage> {
+        prop_oneof![Just(Stage::Door), Just(Stage::Waiting), Just(Stage::Dequeue)]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Whatever is forwarded is within its deadline; what leaves the queue for the app
+        /// is within the task timeout and, if it waited, can still finish in the app's time.
+        #[test]
+        fn forwarded_requests_are_within_their_bounds(c in check(), stage in stage()) {
+            if deadline_gate(stage, &c) == Verdict::Forward {
+                prop_assert!(c.now < c.deadline);
+                if stage != Stage::Door {
+                    prop_assert!(c.now - c.arrival <= c.task_timeout);
+                    prop_assert!(!c.queued || c.deadline - c.now >= c.typical_app);
+                }
+            }
+        }
+
+        /// A more important waiter is never dropped by the max wait while a less important
+        /// one waits.
+        #[test]
+        fn max_wait_never_drops_while_someone_less_important_waits(c in check(), stage in stage()) {
+            let c = DeadlineCheck { less_important_waiting: true, ..c };
+            prop_assert_ne!(deadline_gate(stage, &c), Verdict::WaitedOut);
+        }
+
+        /// At the door: a longer expected wait or a shorter budget never turns a refusal into
+        /// an admission.
+        #[test]
+        fn the_door_is_monotonic(c in check(), more_wait in 0u64..500, less_budget in 0u64..500) {
+            if !deadline_gate(Stage::Door, &c).is_forward() {
+                let worse = DeadlineCheck {
+                    expected_wait: c.expected_wait + more_wait * MS,
+                    deadline: c.deadline.saturating_sub(less_budget * MS),
+                    ..c
+                };
+                prop_assert!(!deadline_gate(Stage::Door, &worse).is_forward());
+            }
+        }
+
+        /// A waiter is still worth keeping just before its give-up time and not at it
+        /// (unless the task timeout or the max wait took it first).
+        #[test]
+        fn give_up_time_is_where_the_wait_gate_turns(
+            budget in 1u64..2_000, timeout in 1u64..1_000, typical in 0u64..200,
+        ) {
+            let (deadline, timeout, typical) = (budget * MS, timeout * MS, typical * MS);
+            let at = give_up_at(0, deadline, timeout, typical);
+            prop_assert!(at <= deadline);
+            let c = |now| DeadlineCheck {
+                arrival: 0, now, deadline, task_timeout: timeout, typical_app: typical,
+                queued: true, ..DeadlineCheck::default()
+            };
+            prop_assert!(!deadline_gate(Stage::Waiting, &c(at)).is_forward());
+            // (A budget shorter than the app's time cannot finish from the start.)
+            if at > 0 && deadline > typical {
+                prop_assert!(deadline_gate(Stage::Waiting, &c(at - 1)).is_forward());
+            }
+        }
+
+        /// The adaptive limit stays within its floor and ceiling whatever it is told.
+        #[test]
+        fn the_adaptive_limit_stays_in_bounds(
+            ceiling in 1usize..300,
+            floor in 1usize..10,
+            ops in prop::collection::vec((0u8..4, 0u64..500), 0..400),
+        ) {
+            let cfg = AdaptiveLimitConfig { ceiling, floor, ..AdaptiveLimitConfig::default() };
+            let mut l = AdaptiveLimit::new(cfg, 0);
+            let mut now = 0u64;
+            for (op, x) in ops {
+                match op {
+                    0 => l.on_dispatch(x as usize),
+                    1 => l.on_response(Duration::from_micros(x * 100)),
+                    2 => l.on_waiting(),
+                    _ => now += x * MS,
+                }
+                let limit = l.tick(now);
+                prop_assert!(limit >= floor.min(ceiling) && limit <= ceiling, "{limit}");
+            }
+        }
+    }
+}
