@@ -82,7 +82,10 @@ fn main() -> ExitCode {
         eprintln!("error: need workers > 0, service-ms > 0 and at least one second per phase");
         return ExitCode::from(64);
     }
-    if args.mix.is_empty() || args.mix.len() > 256 || args.mix.iter().any(|m| !m.is_finite() || *m < 0.0) {
+    if args.mix.is_empty()
+        || args.mix.len() > 256
+        || args.mix.iter().any(|m| !m.is_finite() || *m < 0.0)
+    {
         eprintln!("error: --mix needs 1 to 256 non-negative shares");
         return ExitCode::from(64);
     }
