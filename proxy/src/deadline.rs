@@ -3,6 +3,11 @@
 
 use std::time::Duration;
 
+use http::HeaderName;
+
+/// gRPC's deadline header.
+pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+
 /// The longest `grpc-timeout` value: 8 ASCII digits (gRPC over HTTP/2 spec).
 const GRPC_TIMEOUT_MAX_DIGITS: usize = 8;
 

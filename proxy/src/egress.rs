@@ -396,7 +396,7 @@ impl EgressService {
         if let Observation::Malformed(e) = observation {
             tracing::debug!(error = %e, downstream = %authority, "egress: bad level header ignored");
         }
-        forward::clean_response_headers(&mut head.headers);
+        crate::forward_headers::clean_response(&mut head.headers);
         if head_request || body.is_end_stream() {
             lease.reusable();
             return Response::from_parts(head, ResponseBody::empty());
@@ -413,7 +413,7 @@ impl EgressService {
     /// `egress.default_budget`. An unparsable value counts as absent.
     fn budget(&self, headers: &http::HeaderMap) -> Duration {
         let grpc = headers
-            .get(forward::GRPC_TIMEOUT)
+            .get(crate::deadline::GRPC_TIMEOUT)
             .and_then(|v| deadline::parse_grpc_timeout(v.as_bytes()));
         grpc.or_else(|| {
             headers.get(&self.timeout_header).and_then(|v| deadline::parse_timeout_ms(v.as_bytes()))

@@ -24,6 +24,7 @@ pub mod control_loop;
 pub mod deadline;
 pub mod demo;
 pub mod egress;
+mod forward_headers;
 pub mod inflight;
 pub mod listener;
 mod plane;

@@ -43,7 +43,7 @@ mod queue;
 
 use exchange::AppExchange;
 
-const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
+use crate::deadline::GRPC_TIMEOUT;
 
 /// A response of known length up to this size is read whole from the app before it is sent
 /// on, so its in-flight slot is free before the caller reads a byte of it.
@@ -432,7 +432,7 @@ impl Inbound {
         };
         exchange.headers_received();
         let (mut head, body) = response.into_parts();
-        forward::clean_response_headers(&mut head.headers);
+        crate::forward_headers::clean_response(&mut head.headers);
         // A HEAD response has no body, whatever an app streams after it (an h2 app that does
         // would otherwise reset the stream on the way through).
         if head_request || body.is_end_stream() {

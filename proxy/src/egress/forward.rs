@@ -9,21 +9,12 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use http::header::{
-    CONNECTION, CONTENT_LENGTH, EXPECT, HOST, PROXY_AUTHENTICATE, PROXY_AUTHORIZATION, TE,
-    TRANSFER_ENCODING, UPGRADE,
-};
+use http::header::{HOST, PROXY_AUTHORIZATION};
 use http::uri::{Authority, PathAndQuery, Scheme};
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Uri, Version};
-use hyper::body::Body;
 
 use crate::app_client::Protocol;
 use crate::body::RequestBody;
-use crate::deadline;
-
-pub(crate) const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
-const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
-const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
 
 /// Checks a route target (`host:port`, no scheme, no path).
 pub fn parse_target(target: &str) -> Result<Authority, String> {
@@ -70,30 +61,9 @@ pub fn downstream_request(
     remaining: Duration,
     timeout_header: &HeaderName,
 ) -> Request<RequestBody> {
+    parts.headers.remove(PROXY_AUTHORIZATION);
+    crate::forward_headers::prepare_request(&mut parts.headers, &body, remaining, timeout_header);
     let headers = &mut parts.headers;
-    strip_hop_by_hop(headers);
-    headers.remove(PROXY_AUTHORIZATION);
-    headers.remove(EXPECT);
-    if headers.contains_key(CONTENT_LENGTH) {
-        match body.size_hint().exact() {
-            Some(n) => {
-                headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
-            }
-            None => {
-                headers.remove(CONTENT_LENGTH);
-            }
-        }
-    }
-    // What is left of the caller's budget, in both forms.
-    let mut buf = [0u8; 20];
-    if let Ok(v) = HeaderValue::from_bytes(deadline::format_ms(remaining, &mut buf)) {
-        headers.insert(timeout_header.clone(), v);
-    }
-    if headers.contains_key(GRPC_TIMEOUT) {
-        if let Ok(v) = HeaderValue::from_bytes(deadline::format_grpc_ms(remaining, &mut buf)) {
-            headers.insert(GRPC_TIMEOUT, v);
-        }
-    }
     let path = parts.uri.path_and_query().cloned().unwrap_or(PathAndQuery::from_static("/"));
     match protocol {
         Protocol::Http1 => {
@@ -114,35 +84,6 @@ pub fn downstream_request(
         }
     }
     Request::from_parts(parts, body)
-}
-
-/// The response for the app: framing is the app's connection's business.
-pub fn clean_response_headers(headers: &mut HeaderMap) {
-    strip_hop_by_hop(headers);
-    headers.remove(PROXY_AUTHENTICATE);
-}
-
-/// Removes the headers that describe one connection, not the message (RFC 9110 7.6.1).
-/// `te: trailers` stays: gRPC needs it end to end.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.contains_key(CONNECTION) {
-        let listed: Vec<HeaderValue> = headers.get_all(CONNECTION).iter().cloned().collect();
-        headers.remove(CONNECTION);
-        for value in &listed {
-            let Ok(names) = value.to_str() else { continue };
-            for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-                if !name.eq_ignore_ascii_case("te") {
-                    headers.remove(name);
-                }
-            }
-        }
-    }
-    for name in [KEEP_ALIVE, PROXY_CONNECTION, TRANSFER_ENCODING, UPGRADE] {
-        headers.remove(name);
-    }
-    if headers.get(TE).is_some_and(|te| te.as_bytes() != b"trailers") {
-        headers.remove(TE);
-    }
 }
 
 /// Authority -> address, resolved with a bound (`timeouts.resolve`) and reused for

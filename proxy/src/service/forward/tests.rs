@@ -1,4 +1,5 @@
 use super::*;
+use http::header::{CONNECTION, CONTENT_LENGTH, EXPECT, TE};
 
 fn parts(req: http::request::Builder) -> http::request::Parts {
     req.body(()).unwrap().into_parts().0
