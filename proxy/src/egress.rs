@@ -46,12 +46,13 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use metrics::Counter;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 
 use crate::app_client::{ClientSettings, Endpoint, Protocol};
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
+use crate::listener::accept_bounded;
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason};
 use crate::sidecar::StartError;
@@ -579,34 +580,18 @@ async fn accept_loop(
     listener: TcpListener,
     service: Arc<EgressService>,
     route: Option<Authority>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(service.conn.max_connections));
+    let max_connections = service.conn.max_connections;
     let route = route.map(Arc::new);
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = stop.wait_for(|s| *s) => return,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                tracing::warn!(error = %e, "egress accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            drop(stream);
-            continue;
-        };
+    accept_bounded(listener, max_connections, stop, "egress", |stream, permit| {
         let (service, route) = (service.clone(), route.clone());
         tokio::spawn(async move {
             serve_connection(stream, service, route).await;
             drop(permit);
         });
-    }
+    })
+    .await
 }
 
 /// Requests of one app connection inside the egress, and when the last one left.

@@ -55,29 +55,11 @@ pub async fn accept_loop(
     listener: TcpListener,
     inbound: Arc<Inbound>,
     settings: Arc<ConnSettings>,
-    mut drain: watch::Receiver<bool>,
+    drain: watch::Receiver<bool>,
 ) {
-    let permits = Arc::new(Semaphore::new(settings.max_connections));
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            _ = drain.wait_for(|d| *d) => return,
-            accepted = listener.accept() => accepted,
-        };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) => {
-                // Out of file descriptors and the like: back off a little instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
-            // Over `max_connections`: closed at once (the caller sees a reset, not a hang).
-            drop(stream);
-            continue;
-        };
+    let max_connections = settings.max_connections;
+    let stop = drain.clone();
+    accept_bounded(listener, max_connections, stop, "inbound", |stream, permit| {
         let conn = Connection {
             inbound: inbound.clone(),
             settings: settings.clone(),
@@ -85,6 +67,41 @@ pub async fn accept_loop(
             _permit: permit,
         };
         tokio::spawn(conn.serve(stream));
+    })
+    .await
+}
+
+/// The accept loop every listener shares: accepts until `stop` turns true, with at most
+/// `max_connections` connections at once. Beyond that a new connection is closed at once (the
+/// caller sees a reset, not a hang); `serve` gets each other one with the permit it holds
+/// until it ends.
+pub(crate) async fn accept_bounded(
+    listener: TcpListener,
+    max_connections: usize,
+    mut stop: watch::Receiver<bool>,
+    role: &'static str,
+    mut serve: impl FnMut(TcpStream, OwnedSemaphorePermit),
+) {
+    let permits = Arc::new(Semaphore::new(max_connections));
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            _ = stop.wait_for(|s| *s) => return,
+            accepted = listener.accept() => accepted,
+        };
+        let stream = match accepted {
+            Ok((stream, _)) => stream,
+            Err(e) => {
+                // Out of file descriptors and the like: back off a little instead of spinning.
+                tracing::warn!(error = %e, role, "accept failed");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        match permits.clone().try_acquire_owned() {
+            Ok(permit) => serve(stream, permit),
+            Err(_) => drop(stream),
+        }
     }
 }
 
