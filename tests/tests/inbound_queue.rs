@@ -288,6 +288,9 @@ async fn one_h2_connection_can_queue_more_than_a_hundred_requests() {
         c.inbound.max_inflight = 1;
         c.inbound.task_timeout = Duration::from_secs(10);
         c.inbound.max_queued_per_connection = 200;
+        // About holding streams, not shedding: 150 waiters behind one slot are an overload the
+        // control loop would rightly start refusing (at the door or by their wait).
+        c.admission.mode = admission_core::Mode::Shadow;
     });
     let h2 = H2::new();
     let base = format!("http://{}", weir.inbound_addr());
