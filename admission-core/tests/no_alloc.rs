@@ -1,16 +1,19 @@
-//! The hot path allocates nothing: `admit`, `record_queuing`, `tick` (including window
-//! rollovers), `level`, the header codecs, the audit counters and the size grade, counted
-//! by a global allocator wrapper. Its own test binary, so no other test allocates
-//! concurrently; one test function for the same reason.
+//! The hot paths allocate nothing, counted by a global allocator wrapper per thread (so
+//! tests running side by side count only their own work):
+//! - inbound: `admit`, `record_queuing`, `observe_queue`, `record_completion`, `tick`
+//!   (including window rollovers), `level`, the header codecs, the audit counters and the
+//!   size grade, under every law;
+//! - egress: `should_refuse` and `level`, and `observe` of an authority that already has a
+//!   slot (or of bad values).
 
 #![allow(unsafe_code)] // implementing GlobalAlloc is unsafe by definition
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::time::Duration;
 
 use admission_core::audit::{AuditCounters, Outcome};
+use admission_core::downstream::DownstreamLevels;
 use admission_core::priority::{parse_business, parse_user};
 use admission_core::size_grade::{SizeGrade, SizeGradeConfig};
 use admission_core::{
@@ -19,17 +22,21 @@ use admission_core::{
 
 struct Counting;
 
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-
 thread_local! {
-    /// Only this test's thread is counted: the harness allocates on its own threads.
-    static COUNTING: Cell<bool> = const { Cell::new(false) };
+    /// Allocations of this thread while counting (`None`: not counting). Only a test's own
+    /// thread counts: the harness and other tests allocate on theirs.
+    static COUNTED: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 fn count() {
-    if COUNTING.try_with(Cell::get).unwrap_or(false) {
-        ALLOCATIONS.fetch_add(1, SeqCst);
-    }
+    let _ = COUNTED.try_with(|c| c.set(c.get().map(|n| n + 1)));
+}
+
+/// Runs `f` and returns how often this thread allocated meanwhile.
+fn allocations_in(f: impl FnOnce()) -> u64 {
+    COUNTED.with(|c| c.set(Some(0)));
+    f();
+    COUNTED.with(|c| c.take()).expect("counting")
 }
 
 // SAFETY: forwards every call unchanged to the system allocator.
@@ -55,34 +62,64 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn hot_path_does_not_allocate() {
-    for law in [Law::Dagor, Law::Goodput] {
+    for law in [Law::Capacity, Law::Dagor, Law::Goodput] {
         let cfg = EngineConfig { law, window_requests: 500, ..EngineConfig::default() };
         let engine = AdmissionEngine::new(&cfg, ManualClock::new());
         let audit = AuditCounters::new();
         let grade = SizeGrade::new(&SizeGradeConfig::default()).expect("valid");
-        let before = ALLOCATIONS.load(SeqCst);
-        COUNTING.with(|c| c.set(true));
         let mut sink = 0u64;
-        for i in 0..20_000u64 {
-            let p = Priority { business: (i % 3) as u8, user: (i % 128) as u8 };
-            let d = engine.admit(p);
-            // Overloaded half the time, so the level moves and windows roll over.
-            let waited = if (i / 2_000) % 2 == 1 { 50 } else { 1 };
-            engine.record_queuing(Duration::from_millis(waited));
-            engine.clock().advance(Duration::from_micros(300));
-            engine.tick();
-            audit.record(p.business, Outcome::Admitted);
-            let level = engine.level();
-            sink += level.encode().as_bytes().len() as u64;
-            sink += AdmissionLevel::parse(level.encode().as_bytes()).is_ok() as u64;
-            sink += parse_business(b"17").unwrap_or(0) as u64 + parse_user(b"x").is_err() as u64;
-            sink += grade.priority(i * 37).user as u64;
-            sink += residence_gate(0, i, 1_000, 500) as u64 + d as u64;
-        }
-        COUNTING.with(|c| c.set(false));
-        let allocations = ALLOCATIONS.load(SeqCst) - before;
+        let allocations = allocations_in(|| {
+            for i in 0..20_000u64 {
+                let p = Priority { business: (i % 3) as u8, user: (i % 128) as u8 };
+                let d = engine.admit(p);
+                // Overloaded half the time, so the level moves and windows roll over.
+                let waited = if (i / 2_000) % 2 == 1 { 50 } else { 1 };
+                engine.record_queuing(Duration::from_millis(waited));
+                // The app completes half of what arrives, so the capacity law has to cut.
+                if i % 2 == 0 {
+                    engine.record_completion();
+                }
+                engine.observe_queue((i % 7) as usize, Duration::from_millis(waited));
+                engine.clock().advance(Duration::from_micros(300));
+                engine.tick();
+                audit.record(p.business, Outcome::Admitted);
+                let level = engine.level();
+                sink += level.encode().as_bytes().len() as u64;
+                sink += AdmissionLevel::parse(level.encode().as_bytes()).is_ok() as u64;
+                sink +=
+                    parse_business(b"17").unwrap_or(0) as u64 + parse_user(b"x").is_err() as u64;
+                sink += grade.priority(i * 37).user as u64;
+                sink += residence_gate(0, i, 1_000, 500) as u64 + d as u64;
+            }
+        });
         assert!(engine.windows_closed() >= 30, "rollovers must be exercised");
         assert!(engine.level() < AdmissionLevel::FULLY_OPEN, "the level must have moved");
         assert_eq!(allocations, 0, "{law:?}: hot path allocated {allocations} times (sink {sink})");
     }
+}
+
+#[test]
+fn the_egress_hot_path_does_not_allocate() {
+    let clock = ManualClock::new();
+    let levels = DownstreamLevels::new(Duration::from_secs(2), 8, clock.clone());
+    levels.observe("b.svc:8080", [&b"3.64"[..]]);
+    let probes: Vec<Priority> =
+        (0..=255u8).flat_map(|b| [0u8, 64, 127].map(|u| Priority::new(b, u).unwrap())).collect();
+
+    let mut refused = 0;
+    let allocations = allocations_in(|| {
+        for round in 0..100u64 {
+            for &p in &probes {
+                refused += levels.should_refuse("b.svc:8080", p) as u32;
+                refused += levels.should_refuse("unknown:80", p) as u32;
+            }
+            levels.observe("b.svc:8080", [&b"3.64"[..]]);
+            levels.observe("b.svc:8080", [&b"garbage"[..]]);
+            levels.observe("b.svc:8080", [&b"1.1"[..], &b"1.1"[..]]);
+            let _ = levels.level("b.svc:8080");
+            clock.advance(Duration::from_millis(round % 3));
+        }
+    });
+    assert!(refused > 0);
+    assert_eq!(allocations, 0, "the egress hot path allocated");
 }
