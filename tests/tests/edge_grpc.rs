@@ -16,16 +16,16 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes};
+use bytes::{BufMut, Bytes};
 use http::{HeaderMap, Request, Response};
 use http_body_util::{combinators::BoxBody, BodyExt, Full, StreamBody};
 use hyper::body::{Frame, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use support::client::Http1;
 use support::eventually;
+use support::grpc_codec::RawCodec;
 use support::misbehaving::{edge_sidecar, h2_connect, MARGIN};
 use tokio::sync::Semaphore;
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Endpoint;
 use tonic::{Code, Status};
@@ -178,43 +178,6 @@ async fn grpc_refusals_are_trailers_only_on_the_wire() {
 }
 
 // === tonic ===
-
-#[derive(Debug, Clone, Default)]
-struct RawCodec;
-#[derive(Debug, Clone, Default)]
-struct RawEncoder;
-#[derive(Debug, Clone, Default)]
-struct RawDecoder;
-
-impl Codec for RawCodec {
-    type Encode = Bytes;
-    type Decode = Bytes;
-    type Encoder = RawEncoder;
-    type Decoder = RawDecoder;
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-    fn decoder(&mut self) -> RawDecoder {
-        RawDecoder
-    }
-}
-
-impl Encoder for RawEncoder {
-    type Item = Bytes;
-    type Error = Status;
-    fn encode(&mut self, item: Bytes, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawDecoder {
-    type Item = Bytes;
-    type Error = Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Bytes>, Status> {
-        Ok(Some(src.copy_to_bytes(src.remaining())))
-    }
-}
 
 async fn tonic_call(addr: SocketAddr, payload: &'static [u8]) -> Result<Bytes, Status> {
     let channel = Endpoint::from_shared(format!("http://{addr}")).unwrap().connect_lazy();

@@ -4,6 +4,7 @@
 
 pub mod backend;
 pub mod client;
+pub mod grpc_codec;
 pub mod misbehaving;
 
 use std::net::SocketAddr;
