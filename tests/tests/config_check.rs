@@ -5,35 +5,9 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-/// Runs the binary; a process still running after `wait` is killed (`None`).
-fn weir(args: &[&str], wait: Duration) -> (Option<i32>, String) {
-    let mut child = Command::new(support::weir_binary())
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("weir starts");
-    let deadline = Instant::now() + wait;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut stderr = String::new();
-    use std::io::Read as _;
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    (status.and_then(|s| s.code()), stderr)
-}
+use support::run_weir as weir;
 
 fn run(config: &Path) -> (Option<i32>, String) {
     let config = config.to_str().unwrap();

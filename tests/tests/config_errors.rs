@@ -4,10 +4,8 @@
 
 mod support;
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Runs `weir run --config <yaml>` on ephemeral ports; returns (exit code, stderr).
 fn weir_run(dir: &Path, yaml: &str, extra: &[&str]) -> (Option<i32>, String) {
@@ -18,32 +16,12 @@ fn weir_run(dir: &Path, yaml: &str, extra: &[&str]) -> (Option<i32>, String) {
 fn weir_run_for(dir: &Path, yaml: &str, extra: &[&str], wait: Duration) -> (Option<i32>, String) {
     let config = dir.join("config.yaml");
     std::fs::write(&config, yaml).unwrap();
-    let mut child = Command::new(support::weir_binary())
-        .args(["run", "--config"])
-        .arg(&config)
-        .args(["--inbound", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--app", "127.0.0.1:9"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("weir starts");
+    let config = config.to_str().unwrap();
+    let mut args = vec!["run", "--config", config];
+    args.extend(["--inbound", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--app", "127.0.0.1:9"]);
+    args.extend_from_slice(extra);
     // A configuration error exits at once; a sidecar that starts would serve forever.
-    let deadline = Instant::now() + wait;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Some(status);
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut stderr = String::new();
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
-    (status.and_then(|s| s.code()), stderr)
+    support::run_weir(&args, wait)
 }
 
 #[track_caller]

@@ -84,3 +84,30 @@ fn build_weir() -> PathBuf {
     assert!(bin.exists(), "{} exists", bin.display());
     bin
 }
+
+/// Runs the `weir` binary with `args`, returning its exit code and stderr; a process still running after `wait` is killed (`None`).
+pub fn run_weir(args: &[&str], wait: Duration) -> (Option<i32>, String) {
+    let mut child = Command::new(weir_binary())
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("weir starts");
+    let deadline = Instant::now() + wait;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let mut stderr = String::new();
+    use std::io::Read as _;
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    (status.and_then(|s| s.code()), stderr)
+}
