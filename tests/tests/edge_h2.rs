@@ -104,7 +104,7 @@ async fn one_connection_opening_2000_streams_is_capped_and_others_are_served() {
     });
     let addr = weir.inbound_addr();
     let h2 = h2_connect(addr, |_| {}).await;
-    let h2 = h2.ready().await.expect("settings exchanged");
+    let h2 = h2.ready().await.expect("connection ready");
 
     // Watch how much of weir the hostile connection gets while it runs.
     let peak_queue = Arc::new(AtomicUsize::new(0));
@@ -157,7 +157,6 @@ async fn one_connection_opening_2000_streams_is_capped_and_others_are_served() {
         eventually(WAIT, || weir.status().queue_depth as usize >= PER_CONNECTION).await,
         "the hostile connection queued requests"
     );
-    let advertised = h2.current_max_send_streams();
     served_within(addr, MARGIN).await;
 
     let streams = tokio::time::timeout(Duration::from_secs(60), opener)
@@ -175,6 +174,9 @@ async fn one_connection_opening_2000_streams_is_capped_and_others_are_served() {
             Ended::Reset => reset += 1,
         }
     }
+    // Read once every stream has ended: the client has certainly processed weir's SETTINGS
+    // by then (before that, h2 reports an unlimited stream count).
+    let advertised = h2.current_max_send_streams();
     watcher.abort();
     let (peak_queue, peak_active) = (peak_queue.load(Relaxed), peak_active.load(Relaxed));
     eprintln!(
