@@ -181,14 +181,22 @@ impl Controller {
             // everyone). A stall is still seen (the detector's verdict stands), it just
             // cannot move a level chosen by the last window that saw traffic.
             if self.law == Law::Capacity {
-                self.observe_completions(zone, w);
+                self.observe_completions(zone, w, false);
             }
             return current;
         }
+        let censored = self.law == Law::Capacity && is_censored(histogram, current);
         let target = match self.law {
-            Law::Capacity => match self.capacity_target(zone, w) {
+            Law::Capacity => match self.capacity_target(zone, w, censored) {
                 Some(target) => {
-                    let proposed = level_for_target(histogram, target);
+                    let proposed = match level_for_target(histogram, target) {
+                        // Nothing above the level arrived: the histogram says nothing about
+                        // the demand beyond it (callers' egress refuses it before sending),
+                        // so "everything fits" is no evidence. Open by what the spare room
+                        // admits at the density seen below the cut instead.
+                        p if censored && p > current => open_censored(histogram, current, target),
+                        p => p,
+                    };
                     return match zone {
                         // A cut opens only if the backlog is gone already (the long waits
                         // were the spike's, now drained); it needs no forced step: the
@@ -205,6 +213,9 @@ impl Controller {
                         Zone::Hold => proposed,
                         // Short queue: at least what the app completes, and one more
                         // bucket than now (a probe, in case the app got faster).
+                        Zone::Relax if proposed <= current && censored => {
+                            open_censored(histogram, current, target)
+                        }
                         Zone::Relax if proposed <= current => step_above(histogram, current),
                         Zone::Relax => proposed,
                     };
@@ -259,10 +270,10 @@ impl Controller {
     /// over the window's length, less (when cutting) the backlog above what the exit
     /// threshold allows, drained over about one nominal window and never more than half
     /// the rate. `None` before any completion was seen (nothing to aim at: hold).
-    fn capacity_target(&mut self, zone: Zone, w: &WindowSummary) -> Option<f64> {
+    fn capacity_target(&mut self, zone: Zone, w: &WindowSummary, censored: bool) -> Option<f64> {
         // Aim a little under the app's rate: admitting exactly what it completes is a
         // queue at utilisation 1, which under Poisson arrivals drifts without bound.
-        let cap = self.observe_completions(zone, w)? * (1.0 - CAPACITY_MARGIN);
+        let cap = self.observe_completions(zone, w, censored)? * (1.0 - CAPACITY_MARGIN);
         let per_window = cap * secs(w);
         Some(match zone {
             Zone::Cut => {
@@ -280,8 +291,14 @@ impl Controller {
     /// non-empty the app was busy: its completion rate then *is* the capacity (averaged
     /// with the last one) if that was at least a quarter of the window. Any other window
     /// only proves a lower bound. A window with no completions says nothing (a stall must not zero
-    /// the estimate, or the level would take long to re-open after it).
-    fn observe_completions(&mut self, _zone: Zone, w: &WindowSummary) -> Option<f64> {
+    /// the estimate, or the level would take long to re-open after it). `censored`: nothing
+    /// above the level arrived (see [`is_censored`]).
+    fn observe_completions(
+        &mut self,
+        zone: Zone,
+        w: &WindowSummary,
+        censored: bool,
+    ) -> Option<f64> {
         if w.completed == 0 {
             return self.capacity_per_sec;
         }
@@ -290,10 +307,18 @@ impl Controller {
         let saturated = w.busy_ns * 4 >= w.duration_ns && w.busy_completed > 0;
         let rate = if saturated {
             w.busy_completed as f64 / (w.busy_ns as f64 / 1e9)
-        } else if w.busy_ns == 0 && w.queue_depth == 0 && w.admitted < w.arrivals {
+        } else if w.busy_ns == 0
+            && w.queue_depth == 0
+            && (w.admitted < w.arrivals || (censored && zone == Zone::Relax))
+        {
             // The level refused requests, yet the queue never held any: the app took all
             // it was given, so the level (not the app) set this rate. Probe a half
-            // higher; a window that finds the queue busy measures the real figure.
+            // higher; a window that finds the queue busy measures the real figure. A
+            // censored window is the same case with the refusals made upstream (callers'
+            // egress refuses below the level this sidecar advertises): without it a
+            // downstream that recovered would re-open by one fine step per window. Only
+            // with a short queue: the refusals were not seen here, so nothing else says
+            // the app had room.
             1.5 * w.completed as f64 / secs(w)
         } else {
             w.completed as f64 / secs(w)
@@ -372,6 +397,45 @@ pub fn level_for_target(histogram: &[u32], target: f64) -> AdmissionLevel {
         }
     }
     AdmissionLevel::FULLY_OPEN
+}
+
+/// Nothing above `current` arrived in the window (and `current` is not fully open): the
+/// histogram is censored at the level. That is what a sidecar whose callers run weir's
+/// egress sees: they refuse below its advertised level before sending, so it only ever
+/// counts what it admits. "Everything fits" then says nothing about the demand beyond the
+/// cut.
+fn is_censored(histogram: &[u32], current: AdmissionLevel) -> bool {
+    let cur = current.compound() as usize;
+    cur + 1 < COMPOUND_LEVELS && histogram[cur + 1..].iter().all(|&n| n == 0)
+}
+
+/// The level of a censored window (see [`is_censored`]) with room for `target` arrivals: up
+/// from `current` by the spare room (`target` less what arrived) over the arrival density
+/// just below the cut, extrapolated past it. At least one fine step (a probe, so a level
+/// never sticks), and fully open when the spare room exceeds everything that arrived (a
+/// downstream with that much room re-opens in one window rather than creeping up).
+///
+/// The density is arrivals per compound level over the admitted part of the cut's
+/// business class (users are spread evenly within a class), else, when that part is
+/// empty, per non-empty bucket over the whole window.
+pub fn open_censored(histogram: &[u32], current: AdmissionLevel, target: f64) -> AdmissionLevel {
+    let cur = current.compound() as usize;
+    let arrived: u64 = histogram[..=cur].iter().map(|&n| n as u64).sum();
+    let spare = target - arrived as f64;
+    if arrived == 0 || spare >= arrived as f64 {
+        return AdmissionLevel::FULLY_OPEN;
+    }
+    let class_start = cur - cur % USER_LEVELS as usize;
+    let in_class: u64 = histogram[class_start..=cur].iter().map(|&n| n as u64).sum();
+    let density = if in_class > 0 {
+        in_class as f64 / (cur - class_start + 1) as f64
+    } else {
+        let occupied = histogram[..=cur].iter().filter(|&&n| n > 0).count();
+        arrived as f64 / occupied.max(1) as f64
+    };
+    let steps = if spare > 0.0 { (spare / density).ceil().max(1.0) } else { 1.0 };
+    let next = (cur as f64 + steps).min((COMPOUND_LEVELS - 1) as f64) as u16;
+    AdmissionLevel::from_compound(next).unwrap_or(AdmissionLevel::FULLY_OPEN)
 }
 
 /// One fine step tighter than `current`: just below the nearest non-empty bucket at or

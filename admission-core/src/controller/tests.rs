@@ -275,3 +275,124 @@ fn capacity_law_holds_when_a_quiet_window_says_nothing() {
     let next = c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Hold, &w, &h);
     assert_eq!(next, AdmissionLevel::FULLY_OPEN);
 }
+
+/// `per_bucket` arrivals at compound levels `0..=last` and nothing above: what a sidecar
+/// sees when its callers' egress refuses everything above its level `last`.
+fn censored_at(last: u16, per_bucket: u32) -> (Vec<u32>, AdmissionLevel) {
+    let mut h = vec![0; COMPOUND_LEVELS];
+    h[..=last as usize].iter_mut().for_each(|n| *n = per_bucket);
+    (h, AdmissionLevel::from_compound(last).unwrap())
+}
+
+/// A capacity-law controller whose estimate was measured saturated at `rate` per second.
+fn capacity_measured_at(rate: u64) -> Controller {
+    let mut c = Controller::new(&config(Law::Capacity));
+    let h = uniform(1, 100);
+    let mut w = window(12_800, 12_800, rate, 50);
+    (w.completed, w.busy_ns, w.busy_completed) = (rate, 1_000 * MS, rate);
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, &h);
+    assert_eq!(c.capacity_estimate(), Some(rate as f64));
+    c
+}
+
+#[test]
+fn a_censored_histogram_opens_by_the_spare_room_not_fully() {
+    // Capacity 6000/s; callers' egress only sends the 5000 at or under the level 0.49.
+    let mut c = capacity_measured_at(6_000);
+    let (h, current) = censored_at(49, 100);
+    let mut w = window(5_000, 5_000, 5_000, 15);
+    (w.completed, w.busy_ns, w.busy_completed) = (5_000, 600 * MS, 3_000);
+    let next = c.next_level(current, Zone::Hold, &w, &h);
+    // Estimate averaged to 5500: 500 spare at 100 per level is 5 levels up, not 255.127.
+    assert_eq!(c.capacity_estimate(), Some(5_500.0));
+    assert_eq!(next.priority(), Priority { business: 0, user: 54 });
+    // Relax with a short queue: the same extrapolation.
+    let mut c = capacity_measured_at(6_000);
+    let mut w = window(5_000, 5_000, 5_000, 1);
+    (w.completed, w.busy_ns, w.busy_completed) = (5_000, 300 * MS, 1_800);
+    let next = c.next_level(current, Zone::Relax, &w, &h);
+    assert_eq!(next.priority(), Priority { business: 0, user: 59 }, "6000 - 5000 = 10 levels");
+}
+
+#[test]
+fn a_censored_histogram_with_no_spare_room_takes_one_fine_step() {
+    let mut c = capacity_measured_at(4_000);
+    let (h, current) = censored_at(49, 100); // 5000 arrived, the app completes 4000
+    let mut w = window(5_000, 5_000, 4_000, 5);
+    (w.completed, w.busy_ns, w.busy_completed) = (4_000, 1_000 * MS, 4_000);
+    // Relax although over the estimate (a short queue): a probe of one level, where the
+    // uncensored walk would have found no bucket above and opened fully.
+    let next = c.next_level(current, Zone::Relax, &w, &h);
+    assert_eq!(next.compound(), current.compound() + 1);
+    // A cut still cuts.
+    let cut = c.next_level(current, Zone::Cut, &window(5_000, 5_000, 4_000, 50), &h);
+    assert!(cut < current);
+}
+
+#[test]
+fn a_censored_histogram_with_room_for_twice_the_load_opens_fully() {
+    // The downstream recovered: it completes 12000/s and only 1000 are let through.
+    let mut c = capacity_measured_at(12_000);
+    let (h, current) = censored_at(9, 100);
+    let mut w = window(1_000, 1_000, 1_000, 1);
+    w.completed = 1_000;
+    assert_eq!(c.next_level(current, Zone::Relax, &w, &h), AdmissionLevel::FULLY_OPEN);
+}
+
+#[test]
+fn a_quiet_censored_window_probes_half_higher() {
+    // Estimate 1000/s from the slow spell; the app recovered and its queue stayed empty:
+    // a censored window proves the level set the rate, so the estimate rises by half and
+    // the level opens by that much instead of one step per window.
+    let mut c = capacity_measured_at(1_000);
+    let (h, current) = censored_at(9, 100);
+    let mut w = window(1_000, 1_000, 1_000, 0);
+    w.completed = 1_000;
+    let next = c.next_level(current, Zone::Relax, &w, &h);
+    assert_eq!(c.capacity_estimate(), Some(1_500.0));
+    assert_eq!(next.compound(), current.compound() + 5);
+    // Uncensored (arrivals above the level that the level refused): the rule it extends.
+    let mut u = capacity_measured_at(1_000);
+    let mut h2 = h.clone();
+    h2[20] = 100;
+    let mut w = window(1_100, 1_000, 1_000, 0);
+    w.completed = 1_000;
+    u.next_level(current, Zone::Relax, &w, &h2);
+    assert_eq!(u.capacity_estimate(), Some(1_500.0));
+}
+
+#[test]
+fn open_censored_extrapolates_the_cut_class_density() {
+    // Class 0 full at 10 per level, class 1 admitted up to 1.63 at 2 per level.
+    let mut h = vec![0; COMPOUND_LEVELS];
+    h[..128].iter_mut().for_each(|n| *n = 10);
+    h[128..=191].iter_mut().for_each(|n| *n = 2);
+    let current = AdmissionLevel::from_compound(191).unwrap();
+    let arrived = 1280.0 + 128.0;
+    // 20 spare at 2 per level: 10 levels.
+    assert_eq!(open_censored(&h, current, arrived + 20.0).compound(), 201);
+    assert_eq!(open_censored(&h, current, arrived - 50.0).compound(), 192, "one step");
+    assert_eq!(open_censored(&h, current, 2.0 * arrived), AdmissionLevel::FULLY_OPEN);
+    // The cut's class has nothing admitted: per non-empty bucket over the window.
+    let current = AdmissionLevel::from_compound(140).unwrap();
+    let mut h = vec![0; COMPOUND_LEVELS];
+    h[..128].iter_mut().for_each(|n| *n = 10);
+    assert_eq!(open_censored(&h, current, 1280.0 + 35.0).compound(), 144);
+    // Never past fully open.
+    let near_top = AdmissionLevel::from_compound(32_760).unwrap();
+    let mut h = vec![0; COMPOUND_LEVELS];
+    h[32_760] = 10;
+    assert_eq!(open_censored(&h, near_top, 19.0), AdmissionLevel::FULLY_OPEN);
+}
+
+#[test]
+fn arrivals_above_the_level_leave_the_capacity_law_as_it_was() {
+    // Relax with arrivals above the cut and no bucket left to open into but the last:
+    // step_above's behaviour, unchanged by the censored rule.
+    let mut c = capacity_measured_at(4_000);
+    let (mut h, current) = censored_at(49, 100);
+    h[60] = 1;
+    let mut w = window(5_001, 5_000, 4_000, 5);
+    (w.completed, w.busy_ns, w.busy_completed) = (4_000, 1_000 * MS, 4_000);
+    assert_eq!(c.next_level(current, Zone::Relax, &w, &h), AdmissionLevel::FULLY_OPEN);
+}
