@@ -137,15 +137,58 @@ impl Contender {
         Ok(contender)
     }
 
+    /// The `weir` binary serving `yaml`, a configuration the caller wrote (several roles,
+    /// an entry table, an egress listener...). It must listen on `addr` and serve its admin
+    /// on `admin`; the process is ready once those and every address in `also` accept.
+    pub async fn weir_with_config(
+        weir_bin: &Path,
+        yaml: &str,
+        addr: SocketAddr,
+        admin: SocketAddr,
+        also: &[SocketAddr],
+    ) -> anyhow::Result<Self> {
+        anyhow::ensure!(
+            weir_bin.is_file(),
+            "{} not found: build it with `cargo build --release -p proxy`",
+            weir_bin.display()
+        );
+        let dir = tempfile::tempdir()?;
+        let cfg = dir.path().join("weir.yaml");
+        std::fs::write(&cfg, yaml)?;
+        let mut command = Command::new(weir_bin);
+        command
+            .args(["run", "--config", &path_arg(&cfg)])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        command.stderr(std::fs::File::create(dir.path().join("stderr.log"))?);
+        let child =
+            command.spawn().map_err(|e| anyhow::anyhow!("starting {}: {e}", weir_bin.display()))?;
+        let mut contender = Contender {
+            kind: Kind::Weir,
+            addr,
+            admin: Some(admin),
+            child: Some(child),
+            _dir: Some(dir),
+        };
+        let mut targets = vec![addr, admin];
+        targets.extend_from_slice(also);
+        contender.wait_listening(targets).await?;
+        Ok(contender)
+    }
+
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
     }
 
     /// Bounded poll until the listener accepts (and weir's admin answers).
     async fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         let mut targets = vec![self.addr];
         targets.extend(self.admin);
+        self.wait_listening(targets).await
+    }
+
+    async fn wait_listening(&mut self, targets: Vec<SocketAddr>) -> anyhow::Result<()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         for target in targets {
             loop {
                 if let Some(child) = self.child.as_mut() {

@@ -7,7 +7,7 @@ use std::path::Path;
 
 use crate::scenario::{BenchResult, StepResult, TimelineBucket, LEVEL_ALL_OPEN};
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 const COLORS: [RGBColor; 10] = [
@@ -72,7 +72,7 @@ fn legend<'a, 'b: 'a>(
         .map_err(err)
 }
 
-fn err(e: impl std::fmt::Display) -> anyhow::Error {
+pub(crate) fn err(e: impl std::fmt::Display) -> anyhow::Error {
     anyhow::anyhow!("plotting: {e}")
 }
 
@@ -271,7 +271,8 @@ fn step_plot(step: &StepResult, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn time_panel(
+/// One panel of lines over time (seconds), shared by the benchmarks' timeline plots.
+pub(crate) fn time_panel(
     panel: &Area<'_>,
     caption: &str,
     y_desc: &str,
