@@ -216,6 +216,9 @@ async fn invalid_tables_of_each_kind_get_400_with_the_field_and_the_old_table_ke
         ("user: { header: '' }\n", "user.header"),
         ("user: { rekey_every: 0s }\n", "user.rekey_every"),
         ("user: { rekey_every: forever }\n", "user.rekey_every"),
+        ("user: { cycle_periods: 0 }\n", "user.cycle_periods"),
+        ("user: { cycle_periods: 1025 }\n", "user.cycle_periods"),
+        ("user: { schedule: sometimes }\n", "user.schedule"),
         ("size_grade: { min_bytes: 3 }\n", "size_grade.min_bytes"),
         ("bogus: 1\n", "bogus"),
     ];

@@ -118,7 +118,11 @@ impl CompiledTable {
             least_important,
             size_grade,
             user_header: source.user.header.to_ascii_lowercase().into_boxed_str(),
-            hasher: UserPriorityHasher::new(secret.to_vec(), source.user.rekey_every),
+            hasher: UserPriorityHasher::with_schedule(
+                secret.to_vec(),
+                source.user.rekey_every,
+                source.user.rekey_schedule(),
+            ),
             secret,
             source,
         }

@@ -25,7 +25,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::size_grade::SizeGradeConfig;
-use crate::user_hash::UserPriorityHasher;
+use crate::user_hash::{RekeySchedule, UserPriorityHasher, DEFAULT_CYCLE_PERIODS};
 
 pub use self::compiled::{Classification, CompiledTable, RequestView};
 pub use self::error::{from_yaml_str, FieldError, TableError, TableErrors};
@@ -104,6 +104,23 @@ pub struct UserConfig {
     /// Re-key period of the user hash (`1h`).
     #[serde(with = "humantime_serde")]
     pub rekey_every: Duration,
+    /// How user levels change from one period to the next (`balanced`; docs/design.md,
+    /// "Priorities").
+    pub schedule: UserSchedule,
+    /// Periods per cycle of the balanced schedule (`24`, `1..=1024`); over a cycle every
+    /// user is admitted within one period of every other. Ignored by `independent`.
+    pub cycle_periods: u32,
+}
+
+/// The re-key schedule of the user hash, as written in the table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UserSchedule {
+    /// Every user visits every part of the level range once per cycle, in a secret order.
+    #[default]
+    Balanced,
+    /// A fresh, independent key every period (DAGOR as published).
+    Independent,
 }
 
 // === impl PriorityTable ===
@@ -174,6 +191,27 @@ impl Default for UserConfig {
         UserConfig {
             header: DEFAULT_USER_HEADER.to_owned(),
             rekey_every: UserPriorityHasher::DEFAULT_REKEY,
+            schedule: UserSchedule::default(),
+            cycle_periods: DEFAULT_CYCLE_PERIODS,
+        }
+    }
+}
+
+impl UserConfig {
+    /// The hasher's schedule for these settings.
+    pub fn rekey_schedule(&self) -> RekeySchedule {
+        match self.schedule {
+            UserSchedule::Balanced => RekeySchedule::Balanced { cycle_periods: self.cycle_periods },
+            UserSchedule::Independent => RekeySchedule::Independent,
+        }
+    }
+}
+
+impl UserSchedule {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UserSchedule::Balanced => "balanced",
+            UserSchedule::Independent => "independent",
         }
     }
 }

@@ -9,9 +9,11 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::{
-    PriorityTable, Rule, RuleMatch, TableError, TableErrors, UserConfig, DEFAULT_BUSINESS,
+    PriorityTable, Rule, RuleMatch, TableError, TableErrors, UserConfig, UserSchedule,
+    DEFAULT_BUSINESS,
 };
 use crate::size_grade::SizeGradeConfig;
+use crate::user_hash::{DEFAULT_CYCLE_PERIODS, MAX_CYCLE_PERIODS};
 
 /// Largest table document accepted from any source (the control API has its own, equal
 /// or smaller, body limit).
@@ -50,6 +52,8 @@ struct RawRule {
 struct RawUser {
     header: String,
     rekey_every: String,
+    schedule: String,
+    cycle_periods: i64,
 }
 
 fn default_business() -> i64 {
@@ -102,11 +106,33 @@ impl RawTable {
                     Duration::from_secs(1)
                 }
             };
+        let schedule = match self.user.schedule.trim() {
+            "balanced" => UserSchedule::Balanced,
+            "independent" => UserSchedule::Independent,
+            other => {
+                errors.push(TableError::new(
+                    "user.schedule",
+                    format!("`{other}` is not a schedule; use `balanced` or `independent`"),
+                ));
+                UserSchedule::default()
+            }
+        };
+        let cycle_periods = match u32::try_from(self.user.cycle_periods) {
+            Ok(n) => n,
+            // Out of u32 range: the range check in validation names the bounds.
+            Err(_) => {
+                errors.push(TableError::new(
+                    "user.cycle_periods",
+                    format!("{} is out of range 1..={MAX_CYCLE_PERIODS}", self.user.cycle_periods),
+                ));
+                DEFAULT_CYCLE_PERIODS
+            }
+        };
         let table = PriorityTable {
             version: self.version,
             default_business,
             rules,
-            user: UserConfig { header: self.user.header, rekey_every },
+            user: UserConfig { header: self.user.header, rekey_every, schedule, cycle_periods },
             size_grade: self.size_grade,
         };
         errors.extend(table.validate());
@@ -131,7 +157,12 @@ impl Default for RawUser {
         // The defaults live in `UserConfig::default()`; this only spells them as text.
         let user = UserConfig::default();
         let rekey_every = humantime_serde::re::humantime::format_duration(user.rekey_every);
-        RawUser { header: user.header, rekey_every: rekey_every.to_string() }
+        RawUser {
+            header: user.header,
+            rekey_every: rekey_every.to_string(),
+            schedule: user.schedule.as_str().to_owned(),
+            cycle_periods: user.cycle_periods.into(),
+        }
     }
 }
 

@@ -64,6 +64,72 @@ fn embedded_default_parses_and_compiles() {
     assert_eq!(compiled.least_important_business(), 200);
     assert_eq!(PriorityTable::embedded_default(), table);
     assert_eq!(table.user.rekey_every, Duration::from_secs(3600));
+    assert_eq!(table.user.schedule, UserSchedule::Balanced);
+    assert_eq!(table.user.cycle_periods, 24);
+    assert_eq!(
+        compiled.user_hasher().schedule(),
+        crate::user_hash::RekeySchedule::Balanced { cycle_periods: 24 }
+    );
+}
+
+#[test]
+fn user_schedule_is_read_and_validated_with_its_path() {
+    let t = PriorityTable::from_yaml(
+        "user: { schedule: independent, cycle_periods: 7 }
+",
+    )
+    .unwrap();
+    assert_eq!(t.user.schedule, UserSchedule::Independent);
+    assert_eq!(
+        t.compile().unwrap().user_hasher().schedule(),
+        crate::user_hash::RekeySchedule::Independent
+    );
+    let t = PriorityTable::from_yaml(
+        "user: { cycle_periods: 1024 }
+",
+    )
+    .unwrap();
+    assert_eq!(t.user.schedule, UserSchedule::Balanced, "balanced unless told otherwise");
+    for (yaml, path) in [
+        (
+            "user: { schedule: random }
+",
+            "user.schedule",
+        ),
+        (
+            "user: { cycle_periods: 0 }
+",
+            "user.cycle_periods",
+        ),
+        (
+            "user: { cycle_periods: 1025 }
+",
+            "user.cycle_periods",
+        ),
+        (
+            "user: { cycle_periods: -3 }
+",
+            "user.cycle_periods",
+        ),
+        (
+            "user: { cycle_periods: 99999999999 }
+",
+            "user.cycle_periods",
+        ),
+    ] {
+        let e = errors_of(yaml);
+        assert_eq!(paths(&e), [path], "{yaml}: {e:#?}");
+    }
+    // Both at once, with the other user fields: every problem in one answer.
+    let e = errors_of(
+        "user: { header: '', schedule: x, cycle_periods: 0 }
+",
+    );
+    assert_eq!(paths(&e).len(), 3, "{e:#?}");
+    // A table built in code is validated the same way.
+    let mut table = PriorityTable::empty();
+    table.user.cycle_periods = 5000;
+    assert_eq!(paths(&table.validate()), ["user.cycle_periods"]);
 }
 
 #[test]
@@ -152,6 +218,7 @@ fn json_and_yaml_round_trip() {
     assert_eq!(PriorityTable::from_json(&json).unwrap(), table);
     let yaml = table.to_yaml();
     assert!(yaml.contains("rekey_every: 1h"), "{yaml}");
+    assert!(yaml.contains("schedule: balanced") && yaml.contains("cycle_periods: 24"), "{yaml}");
     assert_eq!(PriorityTable::from_yaml(&yaml).unwrap(), table);
     // And through plain serde, as a field of some larger config.
     let via_serde: PriorityTable = serde_json::from_str(&json).unwrap();

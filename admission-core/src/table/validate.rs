@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::size_grade::SizeGradeConfig;
+use crate::user_hash::MAX_CYCLE_PERIODS;
 
 use super::{normalize_path, PriorityTable, RuleMatch, TableError, MAX_RULES};
 
@@ -223,6 +224,13 @@ fn check_user(table: &PriorityTable, errors: &mut Vec<TableError>) {
         errors.push(TableError::new(
             "user.rekey_every",
             "must be at least 1s (the re-key period counts whole seconds)",
+        ));
+    }
+    let n = table.user.cycle_periods;
+    if !(1..=MAX_CYCLE_PERIODS).contains(&n) {
+        errors.push(TableError::new(
+            "user.cycle_periods",
+            format!("{n} is out of range 1..={MAX_CYCLE_PERIODS} (periods per balanced cycle)"),
         ));
     }
 }
