@@ -190,11 +190,15 @@ impl Controller {
             Law::Capacity => match self.capacity_target(zone, w, censored) {
                 Some(target) => {
                     let proposed = match level_for_target(histogram, target) {
-                        // Nothing above the level arrived: the histogram says nothing about
-                        // the demand beyond it (callers' egress refuses it before sending),
-                        // so "everything fits" is no evidence. Open by what the spare room
-                        // admits at the density seen below the cut instead.
-                        p if censored && p > current => open_censored(histogram, current, target),
+                        // Everything that arrived fits while the level cuts. The histogram
+                        // says nothing about the demand beyond what arrived, and behind
+                        // callers whose egress refuses above this sidecar's advertised
+                        // level that is most of it: opening fully would let them all in
+                        // at once. Open past what arrived by what the spare room admits
+                        // at the density seen there (fully when the room is large).
+                        AdmissionLevel::FULLY_OPEN if current < AdmissionLevel::FULLY_OPEN => {
+                            open_beyond_arrivals(histogram, current, target)
+                        }
                         p => p,
                     };
                     return match zone {
@@ -213,10 +217,15 @@ impl Controller {
                         Zone::Hold => proposed,
                         // Short queue: at least what the app completes, and one more
                         // bucket than now (a probe, in case the app got faster).
-                        Zone::Relax if proposed <= current && censored => {
-                            open_censored(histogram, current, target)
+                        Zone::Relax if proposed <= current => {
+                            match step_above(histogram, current) {
+                                // No bucket beyond the next: same as above, no evidence.
+                                AdmissionLevel::FULLY_OPEN => {
+                                    open_beyond_arrivals(histogram, current, target)
+                                }
+                                step => step,
+                            }
                         }
-                        Zone::Relax if proposed <= current => step_above(histogram, current),
                         Zone::Relax => proposed,
                     };
                 }
@@ -261,6 +270,11 @@ impl Controller {
 
 /// How far under the measured completion rate the capacity law aims.
 const CAPACITY_MARGIN: f64 = 0.0;
+/// The margin instead when the window is censored (see [`is_censored`]): callers' egress
+/// refuse above the level before sending, for free, while whatever this sidecar's wait
+/// bound refuses has crossed the network and cost the callers their work. So aim under
+/// the app's rate, where the queue stays short and nothing admitted is refused.
+const CENSORED_MARGIN: f64 = 0.05;
 /// Inside the hysteresis band, the capacity law keeps a level that admits within this
 /// fraction of its target.
 const HOLD_BAND: f64 = 0.05;
@@ -273,7 +287,8 @@ impl Controller {
     fn capacity_target(&mut self, zone: Zone, w: &WindowSummary, censored: bool) -> Option<f64> {
         // Aim a little under the app's rate: admitting exactly what it completes is a
         // queue at utilisation 1, which under Poisson arrivals drifts without bound.
-        let cap = self.observe_completions(zone, w, censored)? * (1.0 - CAPACITY_MARGIN);
+        let margin = if censored { CENSORED_MARGIN } else { CAPACITY_MARGIN };
+        let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
         let per_window = cap * secs(w);
         Some(match zone {
             Zone::Cut => {
@@ -307,19 +322,20 @@ impl Controller {
         let saturated = w.busy_ns * 4 >= w.duration_ns && w.busy_completed > 0;
         let rate = if saturated {
             w.busy_completed as f64 / (w.busy_ns as f64 / 1e9)
-        } else if w.busy_ns == 0
-            && w.queue_depth == 0
-            && (w.admitted < w.arrivals || (censored && zone == Zone::Relax))
-        {
+        } else if w.busy_ns == 0 && w.queue_depth == 0 && w.admitted < w.arrivals {
             // The level refused requests, yet the queue never held any: the app took all
             // it was given, so the level (not the app) set this rate. Probe a half
-            // higher; a window that finds the queue busy measures the real figure. A
-            // censored window is the same case with the refusals made upstream (callers'
-            // egress refuses below the level this sidecar advertises): without it a
-            // downstream that recovered would re-open by one fine step per window. Only
-            // with a short queue: the refusals were not seen here, so nothing else says
-            // the app had room.
+            // higher; a window that finds the queue busy measures the real figure.
             1.5 * w.completed as f64 / secs(w)
+        } else if w.busy_ns == 0 && w.queue_depth == 0 && censored && zone == Zone::Relax {
+            // The same with the refusals made upstream (callers' egress refuses above the
+            // level this sidecar advertises), unseen here: a whole window in which the app
+            // never queued. Room for twice as much, which re-opens fully (see
+            // `open_beyond_arrivals`): a downstream that recovered is not kept creeping
+            // up by a few levels a window, and if it had not, the callers' requests arrive
+            // again and the next window cuts from what it sees. (A little over twice after
+            // the margin.)
+            2.1 / (1.0 - CENSORED_MARGIN) * w.completed as f64 / secs(w)
         } else {
             w.completed as f64 / secs(w)
         };
@@ -399,42 +415,65 @@ pub fn level_for_target(histogram: &[u32], target: f64) -> AdmissionLevel {
     AdmissionLevel::FULLY_OPEN
 }
 
-/// Nothing above `current` arrived in the window (and `current` is not fully open): the
-/// histogram is censored at the level. That is what a sidecar whose callers run weir's
-/// egress sees: they refuse below its advertised level before sending, so it only ever
-/// counts what it admits. "Everything fits" then says nothing about the demand beyond the
-/// cut.
+/// Next to nothing above `current` arrived in the window (at most one in
+/// [`CENSORED_ABOVE`], and `current` is not fully open): the histogram is censored at the
+/// level. That is what a sidecar whose callers run weir's egress sees once they know its
+/// level: they refuse above it before sending, so it counts what it admits plus the few
+/// sent before the callers heard of a cut. A sidecar that sees all of its demand has far
+/// more above a cut, except right at 1x.
 fn is_censored(histogram: &[u32], current: AdmissionLevel) -> bool {
     let cur = current.compound() as usize;
-    cur + 1 < COMPOUND_LEVELS && histogram[cur + 1..].iter().all(|&n| n == 0)
+    if cur + 1 >= COMPOUND_LEVELS {
+        return false;
+    }
+    let above: u64 = histogram[cur + 1..].iter().map(|&n| n as u64).sum();
+    let all: u64 = above + histogram[..=cur].iter().map(|&n| n as u64).sum::<u64>();
+    above * CENSORED_ABOVE <= all
 }
 
-/// The level of a censored window (see [`is_censored`]) with room for `target` arrivals: up
-/// from `current` by the spare room (`target` less what arrived) over the arrival density
-/// just below the cut, extrapolated past it. At least one fine step (a probe, so a level
-/// never sticks), and fully open when the spare room exceeds everything that arrived (a
-/// downstream with that much room re-opens in one window rather than creeping up).
+/// See [`is_censored`]: 1 in 50.
+const CENSORED_ABOVE: u64 = 50;
+
+/// The level for a window whose arrivals all fit in `target` while `current` cuts: past
+/// the highest bucket that arrived (or `current`, if higher) by the spare room (`target`
+/// less what arrived) over the arrival density there, extrapolated beyond it. At least one
+/// fine step (a probe, so a level never sticks), and fully open when the spare room
+/// exceeds everything that arrived (a downstream with that much room re-opens in one
+/// window rather than creeping up).
 ///
-/// The density is arrivals per compound level over the admitted part of the cut's
-/// business class (users are spread evenly within a class), else, when that part is
-/// empty, per non-empty bucket over the whole window.
-pub fn open_censored(histogram: &[u32], current: AdmissionLevel, target: f64) -> AdmissionLevel {
-    let cur = current.compound() as usize;
-    let arrived: u64 = histogram[..=cur].iter().map(|&n| n as u64).sum();
+/// For a sidecar that sees all of its demand this only moves where the level sits beyond
+/// every request that arrived; behind callers' egress (which refuse above the advertised
+/// level before sending) it is what keeps the level from opening fully whenever the
+/// refused demand, invisible here, fits no longer.
+///
+/// The density is arrivals per compound level over that bucket's business class up to it
+/// (users are spread evenly within a class), but never less than the arrivals per
+/// non-empty bucket over the whole window (so a step opens at most `spare` levels).
+pub fn open_beyond_arrivals(
+    histogram: &[u32],
+    current: AdmissionLevel,
+    target: f64,
+) -> AdmissionLevel {
+    let Some(highest) = histogram.iter().rposition(|&n| n > 0) else {
+        return AdmissionLevel::FULLY_OPEN;
+    };
+    let base = (current.compound() as usize).max(highest);
+    let arrived: u64 = histogram.iter().map(|&n| n as u64).sum();
     let spare = target - arrived as f64;
-    if arrived == 0 || spare >= arrived as f64 {
+    if spare >= arrived as f64 {
         return AdmissionLevel::FULLY_OPEN;
     }
-    let class_start = cur - cur % USER_LEVELS as usize;
-    let in_class: u64 = histogram[class_start..=cur].iter().map(|&n| n as u64).sum();
-    let density = if in_class > 0 {
-        in_class as f64 / (cur - class_start + 1) as f64
-    } else {
-        let occupied = histogram[..=cur].iter().filter(|&&n| n > 0).count();
-        arrived as f64 / occupied.max(1) as f64
-    };
+    let class_start = base - base % USER_LEVELS as usize;
+    let in_class: u64 = histogram[class_start..=base].iter().map(|&n| n as u64).sum();
+    // Never fewer arrivals a level than a non-empty bucket holds on average: a thin
+    // window (a few requests over many levels) would otherwise extrapolate a near-zero
+    // density and open by hundreds of levels, into classes denser than the one it saw.
+    let occupied = histogram.iter().filter(|&&n| n > 0).count();
+    let per_occupied = arrived as f64 / occupied.max(1) as f64;
+    let per_level = in_class as f64 / (base - class_start + 1) as f64;
+    let density = per_level.max(per_occupied);
     let steps = if spare > 0.0 { (spare / density).ceil().max(1.0) } else { 1.0 };
-    let next = (cur as f64 + steps).min((COMPOUND_LEVELS - 1) as f64) as u16;
+    let next = (base as f64 + steps).min((COMPOUND_LEVELS - 1) as f64) as u16;
     AdmissionLevel::from_compound(next).unwrap_or(AdmissionLevel::FULLY_OPEN)
 }
 
