@@ -24,7 +24,9 @@ mod recorder;
 #[cfg(test)]
 mod tests;
 
-pub use recorder::{ClassReport, Ending, Event, LoadReport, Outcome, Recorder, SecondReport};
+pub use recorder::{
+    ClassReport, Ending, Event, LoadReport, Outcome, Recorder, SecondReport, UserEvent,
+};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -69,6 +71,14 @@ pub struct LoadSpec {
     pub warmup: Duration,
     pub seed: u64,
     pub path: String,
+    /// Per class (in `classes` order), a path instead of `path`: an entry sidecar's
+    /// priority table classifies by path and ignores the priority headers sent. Empty: all
+    /// classes use `path`.
+    pub class_paths: Vec<String>,
+    /// Users take turns (request `k` is user `k mod users`) instead of being drawn at
+    /// random, so every user sends the same number of requests in any stretch of time: a
+    /// per-user comparison then measures the proxy, not the draw.
+    pub users_round_robin: bool,
 }
 
 impl LoadSpec {
@@ -87,6 +97,8 @@ impl LoadSpec {
             warmup: Duration::ZERO,
             seed: 7,
             path: "/work".into(),
+            class_paths: Vec::new(),
+            users_round_robin: false,
         }
     }
 
@@ -171,6 +183,7 @@ async fn generate(spec: LoadSpec, recorder: Arc<Recorder>) {
 
     let start = recorder.start();
     let mut phase_start = start;
+    let mut sent = 0u64;
     for phase in spec.phases.iter() {
         let phase_end = phase_start + phase.duration;
         let mut next = phase_start;
@@ -181,7 +194,12 @@ async fn generate(spec: LoadSpec, recorder: Arc<Recorder>) {
                 break;
             }
             tokio::time::sleep_until(next).await;
-            let user = rng.random_range(0..spec.users);
+            let user = if spec.users_round_robin {
+                (sent % u64::from(spec.users)) as u32
+            } else {
+                rng.random_range(0..spec.users)
+            };
+            sent += 1;
             let request = Request {
                 class: pick_class(&spec.classes, total_weight, rng.random::<f64>()),
                 user,
@@ -191,7 +209,9 @@ async fn generate(spec: LoadSpec, recorder: Arc<Recorder>) {
             let (client, spec, recorder, done) =
                 (client.clone(), spec.clone(), recorder.clone(), done_tx.clone());
             tokio::spawn(async move {
+                let sent_unix_us = crate::unix_micros();
                 let outcome = send(&client, &spec, &request).await;
+                recorder.record_user(request.user, sent_unix_us, &outcome);
                 recorder.record(request.class, request.scheduled, Instant::now(), outcome);
                 drop(done);
             });
@@ -221,7 +241,8 @@ async fn send(
 ) -> Outcome {
     // The budget left at send time (the sender may run a little behind schedule).
     let remaining = (r.scheduled + spec.deadline).saturating_duration_since(Instant::now());
-    let mut builder = http::Request::get(format!("http://{}{}", spec.target, spec.path))
+    let path = spec.class_paths.get(r.class).unwrap_or(&spec.path);
+    let mut builder = http::Request::get(format!("http://{}{path}", spec.target))
         .header("x-request-timeout-ms", remaining.as_millis() as u64)
         .header(crate::DEADLINE_HEADER, crate::unix_micros() + remaining.as_micros() as u64);
     if spec.send_priority_headers {

@@ -58,6 +58,17 @@ pub struct Event {
     pub ending: Ending,
 }
 
+/// One request as its user saw it, for per-user analyses (fairness between users).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct UserEvent {
+    /// The user's index (`x-user-id: user-{user}`).
+    pub user: u32,
+    /// When it was sent, microseconds since the Unix epoch (the clock an entry sidecar's
+    /// re-key periods count in).
+    pub sent_unix_us: u64,
+    pub ending: Ending,
+}
+
 /// Totals for one class over the steady part of a run (after warmup).
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct ClassReport {
@@ -152,6 +163,7 @@ pub struct Recorder {
     duration: Duration,
     class_count: usize,
     state: Mutex<State>,
+    user_events: Mutex<Vec<UserEvent>>,
 }
 
 fn histogram() -> Histogram<u64> {
@@ -184,6 +196,7 @@ impl Recorder {
             duration: spec.duration(),
             class_count: spec.classes.len(),
             state: Mutex::new(state),
+            user_events: Mutex::new(Vec::new()),
         }
     }
 
@@ -235,6 +248,24 @@ impl Recorder {
         if offset >= self.warmup {
             state.classes[class].record(latency_us, outcome);
         }
+    }
+
+    /// Records which user sent a request and how it ended (kept apart from the per-class
+    /// log, which does not know users).
+    pub fn record_user(&self, user: u32, sent_unix_us: u64, outcome: &Outcome) {
+        let ending = match outcome {
+            Outcome::Ok => Ending::Ok,
+            Outcome::Refused(_) => Ending::Refused,
+            Outcome::TimedOut => Ending::TimedOut,
+            Outcome::Error => Ending::Error,
+        };
+        let event = UserEvent { user, sent_unix_us, ending };
+        self.user_events.lock().unwrap_or_else(|e| e.into_inner()).push(event);
+    }
+
+    /// Every request with its user, in the order they finished.
+    pub fn user_events(&self) -> Vec<UserEvent> {
+        self.user_events.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The series so far (for live views).
