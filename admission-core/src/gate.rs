@@ -8,11 +8,16 @@
 //!   app's typical time ([`give_up_at`]), not when it finally reaches the head.
 //! - At dequeue (the residence gate, the last point where delay accumulates), nothing
 //!   past its deadline or the task timeout, or that cannot finish in time, reaches the app.
-//! - Under overload, a waiter older than `overload_max_wait` is dropped (while waiting
-//!   or at dequeue) only if no less important request waits: a more important waiter is
-//!   never dropped while a less important one is still queued. The waiters it drops are
-//!   the backlog of the least important class the level admits, which a priority queue
-//!   would otherwise keep until their budget runs out.
+//! - Under overload (the level cuts), a waiter older than `overload_max_wait` is dropped
+//!   while it waits, unless it is about to be served, and only if no less important
+//!   request waits: a more important waiter is never dropped while a less important one
+//!   is still queued. The
+//!   waiters it drops are the backlog of the least important class the level admits,
+//!   which a priority queue would otherwise keep until their budget runs out. At the door,
+//!   a newcomer whose expected wait already exceeds `overload_max_wait` is refused at once.
+//!   Together they bound the admitted tail: what reaches the app waited at most about the
+//!   max wait. With the level fully open (a burst, an app's hiccup) neither applies, and
+//!   waiters keep their whole budget.
 
 use crate::clock::Nanos;
 
@@ -64,7 +69,9 @@ pub struct DeadlineCheck {
     pub task_timeout: Nanos,
     /// How long the app typically takes to answer (dispatch to response headers).
     pub typical_app: Nanos,
-    /// Door only: the expected wait in the queue ([`expected_wait`]).
+    /// At the door, the expected wait in the queue; while waiting, the expected rest of
+    /// the wait (the waiters ahead of it over the completion rate, [`expected_wait`]);
+    /// zero at dequeue (it is being served now).
     pub expected_wait: Nanos,
     /// Whether the sidecar is overloaded (the detector's state).
     pub overloaded: bool,
@@ -114,6 +121,14 @@ pub fn deadline_gate(stage: Stage, c: &DeadlineCheck) -> Verdict {
             if c.expected_wait > 0 && c.expected_wait.saturating_add(c.typical_app) > remaining {
                 return Verdict::ExpectedWaitTooLong;
             }
+            // While the level cuts, the queue is the spike's backlog, not a burst: a
+            // newcomer that expects to wait past the max wait would be served late (the
+            // admitted tail) or dropped later, so it is refused now. The expected wait
+            // counts only waiters at or above its priority: the most important class is
+            // refused here only when it alone overfills the queue.
+            if c.overloaded && c.overload_max_wait > 0 && c.expected_wait > c.overload_max_wait {
+                return Verdict::ExpectedWaitTooLong;
+            }
             Verdict::Forward
         }
         Stage::Waiting | Stage::Dequeue => {
@@ -123,10 +138,14 @@ pub fn deadline_gate(stage: Stage, c: &DeadlineCheck) -> Verdict {
             if c.queued && remaining < c.typical_app {
                 return Verdict::CannotFinish;
             }
+            // A waiter about to be served (less than an eighth of the max wait to go) is
+            // kept: dropping it would bound nobody's wait and cost an answer, and at the
+            // start of a spike it is typically the most important class at the head.
             if c.queued
                 && c.overloaded
                 && c.overload_max_wait > 0
                 && waited > c.overload_max_wait
+                && c.expected_wait > c.overload_max_wait / 8
                 && !c.less_important_waiting
             {
                 return Verdict::WaitedOut;
@@ -138,7 +157,7 @@ pub fn deadline_gate(stage: Stage, c: &DeadlineCheck) -> Verdict {
 
 /// When a waiting request stops being worth serving: once its remaining budget no longer
 /// covers the app's typical time (at the latest its deadline, or the task timeout).
-/// Under overload, ask [`deadline_gate`] again at `arrival + overload_max_wait` too.
+/// Under overload, the caller also asks [`deadline_gate`] at `arrival + overload_max_wait`.
 pub fn give_up_at(
     arrival: Nanos,
     deadline: Nanos,
@@ -214,6 +233,22 @@ mod tests {
     }
 
     #[test]
+    fn door_refuses_past_the_max_wait_only_under_overload() {
+        let mut c = check(0, 500);
+        c.queued = false;
+        c.overload_max_wait = 30 * MS;
+        c.expected_wait = 40 * MS;
+        assert_eq!(deadline_gate(Stage::Door, &c), Verdict::Forward);
+        c.overloaded = true;
+        assert_eq!(deadline_gate(Stage::Door, &c), Verdict::ExpectedWaitTooLong);
+        c.expected_wait = 30 * MS;
+        assert_eq!(deadline_gate(Stage::Door, &c), Verdict::Forward);
+        c.overload_max_wait = 0;
+        c.expected_wait = 400 * MS;
+        assert_eq!(deadline_gate(Stage::Door, &c), Verdict::Forward);
+    }
+
+    #[test]
     fn waiting_gives_up_when_the_budget_no_longer_covers_the_app() {
         assert_eq!(deadline_gate(Stage::Waiting, &check(489, 500)), Verdict::Forward);
         assert_eq!(deadline_gate(Stage::Waiting, &check(491, 500)), Verdict::CannotFinish);
@@ -226,11 +261,26 @@ mod tests {
         let mut c = check(150, 500);
         c.overloaded = true;
         c.overload_max_wait = 100 * MS;
+        c.expected_wait = 50 * MS;
         c.less_important_waiting = true;
-        assert_eq!(deadline_gate(Stage::Dequeue, &c), Verdict::Forward);
+        assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::Forward);
         c.less_important_waiting = false;
-        assert_eq!(deadline_gate(Stage::Dequeue, &c), Verdict::WaitedOut);
+        assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::WaitedOut);
         c.overloaded = false;
+        assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::Forward);
+    }
+
+    #[test]
+    fn max_wait_keeps_a_waiter_about_to_be_served() {
+        let mut c = check(150, 500);
+        c.overloaded = true;
+        c.overload_max_wait = 100 * MS;
+        c.expected_wait = 12 * MS;
+        assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::Forward);
+        c.expected_wait = 13 * MS;
+        assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::WaitedOut);
+        // Being served now.
+        c.expected_wait = 0;
         assert_eq!(deadline_gate(Stage::Dequeue, &c), Verdict::Forward);
     }
 

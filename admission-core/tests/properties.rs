@@ -321,6 +321,14 @@ mod gate_and_limit {
             prop_assert_ne!(deadline_gate(stage, &c), Verdict::WaitedOut);
         }
 
+        /// Under overload, nothing let in at the door expects to wait past the max wait.
+        #[test]
+        fn the_door_bounds_the_expected_wait_under_overload(c in check()) {
+            if c.overloaded && c.overload_max_wait > 0 && deadline_gate(Stage::Door, &c).is_forward() {
+                prop_assert!(c.expected_wait <= c.overload_max_wait);
+            }
+        }
+
         /// At the door: a longer expected wait or a shorter budget never turns a refusal into
         /// an admission.
         #[test]

@@ -103,6 +103,24 @@ impl InflightLimit {
         self.state().waiting.any_less_important_than(p)
     }
 
+    /// Evicts every waiter less important than `p` (their waits end in
+    /// [`NoSlot::Evicted`]); how many. A waiter at `p` that has waited out the max wait
+    /// calls it: everything behind it would wait longer still, and it may not be dropped
+    /// while they wait.
+    pub fn evict_less_important_than(&self, p: Priority) -> usize {
+        let (mut wake, mut evicted) = (Vec::new(), 0);
+        {
+            let mut state = self.state();
+            while let Some(waker) = state.waiting.evict_less_important_than(p) {
+                wake.extend(waker);
+                evicted += 1;
+            }
+            self.waiters.store(state.waiting.len(), SeqCst);
+        }
+        wake.into_iter().for_each(Waker::wake);
+        evicted
+    }
+
     /// Requests waiting for a slot now.
     pub fn queued(&self) -> usize {
         self.waiters.load(SeqCst)

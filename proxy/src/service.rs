@@ -22,7 +22,9 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use admission_core::audit::Outcome;
-use admission_core::gate::{deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage};
+use admission_core::gate::{
+    deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage, Verdict,
+};
 use admission_core::{AdmissionLevel, Decision, Priority};
 use http::header::CONTENT_TYPE;
 use http::{HeaderName, Method, Request, Response, StatusCode};
@@ -217,18 +219,21 @@ impl Inbound {
                 // HTTP/1.1: read the body ahead while queued, or a caller who leaves is not
                 // seen leaving (h2 callers reset the stream, which drops this future).
                 let watch_body = parts.version < http::Version::HTTP_2 && !body.is_end_stream();
+                let waited_out = self.waited_out(arrival, priority);
                 let waited = if watch_body {
                     tokio::select! {
                         biased;
                         waited = self.wait_for_slot(conn, priority) => waited,
                         () = body.caller_gone() => return self.error(StatusCode::BAD_REQUEST, grpc),
                         () = give_up => return self.refuse(grpc, ShedReason::Deadline, priority),
+                        () = waited_out => return self.refuse(grpc, ShedReason::Overload, priority),
                     }
                 } else {
                     tokio::select! {
                         biased;
                         waited = self.wait_for_slot(conn, priority) => waited,
                         () = give_up => return self.refuse(grpc, ShedReason::Deadline, priority),
+                        () = waited_out => return self.refuse(grpc, ShedReason::Overload, priority),
                     }
                 };
                 match waited {
@@ -250,15 +255,8 @@ impl Inbound {
             deadline: clock.nanos_at(deadline),
             task_timeout: self.task_timeout.as_nanos() as u64,
             typical_app: self.shared.app_time.typical().as_nanos() as u64,
-            // The max wait drops backlog the level has not cut yet: only while it cuts (a
-            // stalled app with an open level keeps its waiters until their budgets run out).
-            overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
-            overload_max_wait: self.overload_max_wait.as_nanos() as u64,
-            // Only asked when it matters (a long wait under overload): it takes the lock.
-            less_important_waiting: queued
-                && !self.overload_max_wait.is_zero()
-                && now.saturating_duration_since(arrival) > self.overload_max_wait
-                && self.shared.limit.less_important_waiting(priority),
+            // The max wait is not asked here: the waiter's own timer asked it while it
+            // waited, and one leaving the queue is being served now (nothing left to bound).
             queued,
             ..DeadlineCheck::default()
         };
@@ -341,10 +339,77 @@ impl Inbound {
         if ahead == 0 {
             return false;
         }
-        // The app's completion rate when busy: the most generous of the law's estimate, the
-        // best rate seen lately, and a full in-flight limit over the app's typical time
-        // (Little's law). Generous on purpose: an underestimate would refuse requests that
-        // would have been served; the wait gate still catches the rest.
+        let rate = self.completion_rate();
+        let clock = self.shared.engine.clock();
+        let check = DeadlineCheck {
+            arrival: clock.nanos_at(arrival),
+            now: clock.nanos_at(Instant::now()),
+            deadline: clock.nanos_at(deadline),
+            task_timeout: self.task_timeout.as_nanos() as u64,
+            typical_app: self.shared.app_time.typical().as_nanos() as u64,
+            expected_wait: expected_wait(ahead, rate),
+            overloaded: self.shared.engine.level() != AdmissionLevel::FULLY_OPEN,
+            overload_max_wait: self.overload_max_wait.as_nanos() as u64,
+            ..DeadlineCheck::default()
+        };
+        !deadline_gate(Stage::Door, &check).is_forward()
+    }
+
+    /// Resolves when a waiter has waited out `overload_max_wait` under overload
+    /// ([`Verdict::WaitedOut`], asked while it waits rather than when it reaches the head,
+    /// so the admitted tail stays near the max wait). The less important waiters behind it
+    /// are evicted first. Until it resolves it asks again every eighth of the max wait.
+    async fn waited_out(&self, arrival: Instant, priority: Priority) {
+        if self.overload_max_wait.is_zero() || self.shadow() {
+            return std::future::pending().await;
+        }
+        let recheck = (self.overload_max_wait / 8).max(Duration::from_millis(1));
+        let mut at = arrival + self.overload_max_wait;
+        loop {
+            tokio::time::sleep_until(at.into()).await;
+            let engine = &self.shared.engine;
+            let clock = engine.clock();
+            let now = Instant::now();
+            let overloaded = engine.level() != AdmissionLevel::FULLY_OPEN;
+            if overloaded {
+                // Whatever waits behind a waiter that has waited out the max wait would
+                // wait longer still: it goes first (a more important waiter is never
+                // dropped while a less important one waits), then this one.
+                self.shared.limit.evict_less_important_than(priority);
+            }
+            let check = DeadlineCheck {
+                arrival: clock.nanos_at(arrival),
+                now: clock.nanos_at(now),
+                // The budget is the give-up timer's business; only the max wait is asked.
+                deadline: u64::MAX,
+                task_timeout: u64::MAX,
+                overloaded,
+                overload_max_wait: self.overload_max_wait.as_nanos() as u64,
+                less_important_waiting: overloaded
+                    && self.shared.limit.less_important_waiting(priority),
+                // The rest of its wait: the waiters served before it (those at or above
+                // its priority, less itself) over the completion rate.
+                expected_wait: if overloaded {
+                    let ahead = self.shared.limit.waiting_ahead_of(priority).saturating_sub(1);
+                    expected_wait(ahead, self.completion_rate())
+                } else {
+                    0
+                },
+                queued: true,
+                ..DeadlineCheck::default()
+            };
+            if deadline_gate(Stage::Waiting, &check) == Verdict::WaitedOut {
+                return;
+            }
+            at = now + recheck;
+        }
+    }
+
+    /// The app's completion rate when busy: the most generous of the law's estimate, the
+    /// best rate seen lately, and a full in-flight limit over the app's typical time
+    /// (Little's law). Generous on purpose: an underestimate would refuse requests that
+    /// would have been served; the wait gate still catches the rest. `None` when unknown.
+    fn completion_rate(&self) -> Option<f64> {
         let typical = self.shared.app_time.typical().as_secs_f64();
         let by_limit = if typical > 0.0 { self.shared.limit.limit() as f64 / typical } else { 0.0 };
         let rate = self
@@ -354,18 +419,7 @@ impl Inbound {
             .unwrap_or(0.0)
             .max(self.shared.control.status().completions_per_sec)
             .max(by_limit);
-        let rate = (rate > 0.0).then_some(rate);
-        let clock = self.shared.engine.clock();
-        let check = DeadlineCheck {
-            arrival: clock.nanos_at(arrival),
-            now: clock.nanos_at(Instant::now()),
-            deadline: clock.nanos_at(deadline),
-            task_timeout: self.task_timeout.as_nanos() as u64,
-            typical_app: self.shared.app_time.typical().as_nanos() as u64,
-            expected_wait: expected_wait(ahead, rate),
-            ..DeadlineCheck::default()
-        };
-        !deadline_gate(Stage::Door, &check).is_forward()
+        (rate > 0.0).then_some(rate)
     }
 
     /// When a waiting request stops being worth serving (see [`give_up_at`]).

@@ -107,6 +107,9 @@ async fn nothing_reaches_the_app_past_its_deadline() {
     let weir = support::sidecar(app.addr, |c| {
         c.inbound.max_inflight = 1;
         c.inbound.max_queued = 1000;
+        // About the deadline: with the max wait on, the level's cut would refuse part of
+        // this burst as overload (by its wait) before the deadline gate sees it.
+        c.inbound.overload_max_wait = Duration::ZERO;
     });
     let url = format!("http://{}/slow", weir.inbound_addr());
     let client = Http1::new();
@@ -311,4 +314,71 @@ async fn one_h2_connection_can_queue_more_than_a_hundred_requests() {
     for q in queued {
         assert_eq!(q.await.unwrap().status, 200);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_who_hang_up_hold_slots_for_the_apps_time_not_their_own() {
+    // The app answers /slow in 100 ms whatever its caller does. Four callers upload their
+    // bodies slowly (1.5 s each): the app's time must not include that. Then four callers
+    // hang up while the app works on their requests: the slots they leave are held for the
+    // rest of the app's time (~100 ms), never for the callers' own slow I/O (seconds).
+    const SERVICE: Duration = Duration::from_millis(100);
+    const UPLOAD: Duration = Duration::from_millis(1_500);
+    let app = Backend::start().await;
+    app.set_service_time(SERVICE);
+    let weir = support::sidecar(app.addr, |c| {
+        c.inbound.max_inflight = 4;
+        c.inbound.adaptive_inflight = false;
+        c.inbound.task_timeout = Duration::from_secs(5);
+    });
+    let addr = weir.inbound_addr();
+    let uploads: Vec<_> = (0..4)
+        .map(|_| {
+            tokio::task::spawn_blocking(move || {
+                let mut raw = TcpStream::connect(addr).unwrap();
+                let body = b"0123456789abcde";
+                let head = format!(
+                    "POST /slow HTTP/1.1\r\nhost: weir\r\ncontent-length: {}\r\n\r\n",
+                    body.len()
+                );
+                raw.write_all(head.as_bytes()).unwrap();
+                let gap = UPLOAD / body.len() as u32;
+                for byte in body {
+                    std::thread::sleep(gap);
+                    // The app may answer (and weir pass the answer on) before the upload
+                    // ends; a write that fails then is fine.
+                    if raw.write_all(&[*byte]).is_err() {
+                        break;
+                    }
+                }
+            })
+        })
+        .collect();
+    for u in uploads {
+        u.await.unwrap();
+    }
+    let typical = weir.shared().app_time.typical();
+    assert!(!typical.is_zero(), "the slow uploads were answered");
+    assert!(typical < UPLOAD / 2, "the app's time excludes the callers' upload: {typical:?}");
+
+    let before = app.arrivals();
+    let leavers: Vec<_> = (0..4)
+        .map(|_| {
+            let url = format!("http://{addr}/slow");
+            tokio::spawn(async move { Http1::new().get(&url, &[]).await })
+        })
+        .collect();
+    assert!(eventually(WAIT, || app.arrivals() == before + 4).await, "all four reached the app");
+    for l in &leavers {
+        l.abort();
+    }
+    let left = std::time::Instant::now();
+    for l in leavers {
+        let _ = l.await;
+    }
+    assert!(eventually(WAIT, || weir.status().inflight == 0).await, "slots released");
+    let held = left.elapsed();
+    println!("typical app time {typical:?}; slots held {held:?} after the callers left");
+    // At most the app's time (100 ms) after the hang-up; the margin is for a busy machine.
+    assert!(held < Duration::from_millis(700), "slots held {held:?} after the callers left");
 }

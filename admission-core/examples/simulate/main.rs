@@ -48,8 +48,9 @@ struct Args {
     /// Turn the refusal at the door off.
     #[arg(long)]
     no_door: bool,
-    /// Under overload, drop the least important waiters older than this (ms; 0 = off).
-    #[arg(long, default_value_t = 100)]
+    /// Under overload, the longest wait (ms; 0 = off): the door refuses a longer expected
+    /// wait, a waiter past it evicts the less important behind it and is then dropped.
+    #[arg(long, default_value_t = 30)]
     overload_max_wait_ms: u64,
     /// `from_s,to_s,factor`: multiply the service time meanwhile.
     #[arg(long, value_delimiter = ',')]

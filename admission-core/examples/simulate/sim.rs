@@ -88,7 +88,7 @@ impl Default for SimConfig {
             inflight: Inflight::Adaptive(256),
             door: true,
             give_up: true,
-            overload_max_wait: Duration::from_millis(100),
+            overload_max_wait: Duration::from_millis(30),
             slowdown: None,
             stall: None,
         }
@@ -302,6 +302,11 @@ impl Pending {
         let (&key, _) = self.by_priority.iter().next()?;
         self.remove(key).map(|r| (key.1, r))
     }
+    /// Removes the least important waiter if it is less important than `c`.
+    fn pop_less_important_than(&mut self, c: u16) -> Option<(u64, Request)> {
+        let (&key, _) = self.by_priority.iter().next_back().filter(|(&(k, _), _)| k > c)?;
+        self.remove(key).map(|r| (key.1, r))
+    }
     fn less_important_than(&self, c: u16) -> bool {
         self.by_priority.keys().next_back().is_some_and(|&(k, _)| k > c)
     }
@@ -446,6 +451,8 @@ pub fn run(cfg: &SimConfig) -> Summary {
                     task_timeout: timeout_ns,
                     typical_app,
                     expected_wait: expected_wait(ahead, rate),
+                    overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
+                    overload_max_wait: max_wait_ns,
                     ..DeadlineCheck::default()
                 };
                 if !deadline_gate(Stage::Door, &check).is_forward() {
@@ -465,13 +472,32 @@ pub fn run(cfg: &SimConfig) -> Summary {
         } else if now == next_give_up {
             let Reverse((_, compound, id)) = give_ups.pop().expect("exists");
             let Some(r) = pending.by_priority.get(&(compound, id)).copied() else { continue };
+            let overloaded = engine.level() != AdmissionLevel::FULLY_OPEN;
+            if overloaded && max_wait_ns > 0 && now - r.arrival > max_wait_ns {
+                // As the sidecar does: whatever waits behind a waiter past the max wait is
+                // evicted first, then the waiter itself is asked about.
+                while let Some((evicted, e)) = pending.pop_less_important_than(compound) {
+                    let waited = now - e.arrival;
+                    engine.record_queuing(Duration::from_nanos(waited));
+                    engine.record_gate_drop();
+                    let w = &mut windows[second];
+                    w.queuing_sum_ns += waited;
+                    w.queuing_count += 1;
+                    w.gate_dropped += 1;
+                    ends[evicted as usize] = Some(End::Refused(now));
+                }
+            }
+            let rate =
+                engine.status().capacity_per_sec.or(Some(limit.max_rate()).filter(|&r| r > 0.0));
+            let ahead = pending.counts.prefix(r.compound).saturating_sub(1);
             let check = DeadlineCheck {
                 arrival: r.arrival,
                 now,
                 deadline: r.deadline,
                 task_timeout: timeout_ns,
                 typical_app,
-                overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
+                expected_wait: if overloaded { expected_wait(ahead, rate) } else { 0 },
+                overloaded,
                 overload_max_wait: max_wait_ns,
                 less_important_waiting: pending.less_important_than(r.compound),
                 queued: true,
@@ -482,7 +508,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 // only the max wait can drop it.
                 let final_at = give_up_at(r.arrival, r.deadline, timeout_ns, typical_app);
                 let again =
-                    if max_wait_ns > 0 { (now + max_wait_ns / 4).min(final_at) } else { final_at };
+                    if max_wait_ns > 0 { (now + max_wait_ns / 8).min(final_at) } else { final_at };
                 give_ups.push(Reverse((again.max(now + 1), compound, id)));
                 continue;
             }

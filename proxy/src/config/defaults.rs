@@ -16,7 +16,7 @@ impl Default for InboundConfig {
             adaptive_inflight: true,
             max_queued: 1024,
             task_timeout: Duration::from_millis(500),
-            overload_max_wait: Duration::from_millis(100),
+            overload_max_wait: Duration::from_millis(30),
             retry_after: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
             entry: false,
