@@ -186,6 +186,9 @@ impl Controller {
             return current;
         }
         let censored = self.law == Law::Capacity && is_censored(histogram, current);
+        // A short censored window (a handful of requests let through) is too thin to
+        // judge "room for twice what came" on.
+        let may_open_fully = !censored || secs(w) >= 0.5 * self.window_secs;
         let target = match self.law {
             Law::Capacity => match self.capacity_target(zone, w, censored) {
                 Some(target) => {
@@ -197,7 +200,7 @@ impl Controller {
                         // at once. Open past what arrived by what the spare room admits
                         // at the density seen there (fully when the room is large).
                         AdmissionLevel::FULLY_OPEN if current < AdmissionLevel::FULLY_OPEN => {
-                            open_beyond_arrivals(histogram, current, target)
+                            open_beyond_arrivals(histogram, current, target, may_open_fully)
                         }
                         p => p,
                     };
@@ -215,13 +218,17 @@ impl Controller {
                         Zone::Hold if near(w.admitted as f64, target) => current,
                         Zone::Hold if w.busy_ns == 0 => proposed.max(current),
                         Zone::Hold => proposed,
+                        // Censored, more admitted than the target: the queue is short
+                        // because this sidecar's wait bound refuses the surplus, after it
+                        // crossed the network. Sit at the target like a hold would.
+                        Zone::Relax if proposed <= current && censored => proposed,
                         // Short queue: at least what the app completes, and one more
                         // bucket than now (a probe, in case the app got faster).
                         Zone::Relax if proposed <= current => {
                             match step_above(histogram, current) {
                                 // No bucket beyond the next: same as above, no evidence.
                                 AdmissionLevel::FULLY_OPEN => {
-                                    open_beyond_arrivals(histogram, current, target)
+                                    open_beyond_arrivals(histogram, current, target, may_open_fully)
                                 }
                                 step => step,
                             }
@@ -298,6 +305,9 @@ impl Controller {
                 (cap - drain_rate) * secs(w)
             }
             Zone::Hold => per_window,
+            // Censored, what was admitted says nothing about the demand (callers refused
+            // the rest): the rate alone (its probes are in `observe_completions`).
+            Zone::Relax if censored => per_window,
             Zone::Relax => per_window.max((1.0 + self.beta) * w.admitted as f64),
         })
     }
@@ -327,12 +337,18 @@ impl Controller {
             // it was given, so the level (not the app) set this rate. Probe a half
             // higher; a window that finds the queue busy measures the real figure.
             1.5 * w.completed as f64 / secs(w)
-        } else if w.busy_ns == 0 && w.queue_depth == 0 && censored && zone == Zone::Relax {
+        } else if w.busy_ns == 0
+            && w.queue_depth == 0
+            && censored
+            && zone == Zone::Relax
+            && secs(w) >= 0.5 * self.window_secs
+        {
             // The same with the refusals made upstream (callers' egress refuses above the
-            // level this sidecar advertises), unseen here: a whole window in which the app
-            // never queued. Room for twice as much, which re-opens fully (see
+            // level this sidecar advertises), unseen here: a whole window (at least half
+            // the nominal one: a few requests in a short window prove nothing) in which
+            // the app never queued. Room for twice as much, which re-opens fully (see
             // `open_beyond_arrivals`): a downstream that recovered is not kept creeping
-            // up by a few levels a window, and if it had not, the callers' requests arrive
+            // up a few levels a window, and if it had not, the callers' requests arrive
             // again and the next window cuts from what it sees. (A little over twice after
             // the margin.)
             2.1 / (1.0 - CENSORED_MARGIN) * w.completed as f64 / secs(w)
@@ -438,8 +454,8 @@ const CENSORED_ABOVE: u64 = 50;
 /// the highest bucket that arrived (or `current`, if higher) by the spare room (`target`
 /// less what arrived) over the arrival density there, extrapolated beyond it. At least one
 /// fine step (a probe, so a level never sticks), and fully open when the spare room
-/// exceeds everything that arrived (a downstream with that much room re-opens in one
-/// window rather than creeping up).
+/// exceeds everything that arrived and `may_open_fully` (a downstream with that much room
+/// re-opens in one window rather than creeping up).
 ///
 /// For a sidecar that sees all of its demand this only moves where the level sits beyond
 /// every request that arrived; behind callers' egress (which refuse above the advertised
@@ -453,6 +469,7 @@ pub fn open_beyond_arrivals(
     histogram: &[u32],
     current: AdmissionLevel,
     target: f64,
+    may_open_fully: bool,
 ) -> AdmissionLevel {
     let Some(highest) = histogram.iter().rposition(|&n| n > 0) else {
         return AdmissionLevel::FULLY_OPEN;
@@ -460,7 +477,7 @@ pub fn open_beyond_arrivals(
     let base = (current.compound() as usize).max(highest);
     let arrived: u64 = histogram.iter().map(|&n| n as u64).sum();
     let spare = target - arrived as f64;
-    if spare >= arrived as f64 {
+    if spare >= arrived as f64 && may_open_fully {
         return AdmissionLevel::FULLY_OPEN;
     }
     let class_start = base - base % USER_LEVELS as usize;
