@@ -10,6 +10,7 @@
 //! Everything here targets 127.0.0.1 only, and every run has a fixed duration.
 
 pub mod contender;
+pub mod fairness;
 pub mod overhead;
 pub mod plot;
 pub mod procfs;
