@@ -188,18 +188,19 @@ impl Controller {
         let censored = self.law == Law::Capacity && is_censored(histogram, current);
         // A short censored window (a handful of requests let through) is too thin to
         // judge "room for twice what came" on.
-        let may_open_fully = !censored || secs(w) >= 0.5 * self.window_secs;
+        let may_open_fully = secs(w) >= 0.5 * self.window_secs;
         let target = match self.law {
             Law::Capacity => match self.capacity_target(zone, w, censored) {
                 Some(target) => {
                     let proposed = match level_for_target(histogram, target) {
-                        // Everything that arrived fits while the level cuts. The histogram
-                        // says nothing about the demand beyond what arrived, and behind
-                        // callers whose egress refuses above this sidecar's advertised
-                        // level that is most of it: opening fully would let them all in
-                        // at once. Open past what arrived by what the spare room admits
-                        // at the density seen there (fully when the room is large).
-                        AdmissionLevel::FULLY_OPEN if current < AdmissionLevel::FULLY_OPEN => {
+                        // Everything that arrived fits while the level cuts, and the
+                        // window is censored: the histogram says nothing about the demand
+                        // beyond what arrived, which behind callers whose egress refuses
+                        // above this sidecar's advertised level is most of it. Opening
+                        // fully would let them all in at once: open past what arrived by
+                        // what the spare room admits at the density seen there (fully
+                        // when the room is large). Uncensored, fully open as ever.
+                        AdmissionLevel::FULLY_OPEN if censored => {
                             open_beyond_arrivals(histogram, current, target, may_open_fully)
                         }
                         p => p,
@@ -227,7 +228,7 @@ impl Controller {
                         Zone::Relax if proposed <= current => {
                             match step_above(histogram, current) {
                                 // No bucket beyond the next: same as above, no evidence.
-                                AdmissionLevel::FULLY_OPEN => {
+                                AdmissionLevel::FULLY_OPEN if censored => {
                                     open_beyond_arrivals(histogram, current, target, may_open_fully)
                                 }
                                 step => step,
@@ -281,7 +282,7 @@ const CAPACITY_MARGIN: f64 = 0.0;
 /// refuse above the level before sending, for free, while whatever this sidecar's wait
 /// bound refuses has crossed the network and cost the callers their work. So aim under
 /// the app's rate, where the queue stays short and nothing admitted is refused.
-const CENSORED_MARGIN: f64 = 0.05;
+const CENSORED_MARGIN: f64 = 0.1;
 /// Inside the hysteresis band, the capacity law keeps a level that admits within this
 /// fraction of its target.
 const HOLD_BAND: f64 = 0.05;
@@ -339,6 +340,7 @@ impl Controller {
             1.5 * w.completed as f64 / secs(w)
         } else if w.busy_ns == 0
             && w.queue_depth == 0
+            && w.mean_queuing_ns * 10 < self.exit_ns
             && censored
             && zone == Zone::Relax
             && secs(w) >= 0.5 * self.window_secs
@@ -346,7 +348,7 @@ impl Controller {
             // The same with the refusals made upstream (callers' egress refuses above the
             // level this sidecar advertises), unseen here: a whole window (at least half
             // the nominal one: a few requests in a short window prove nothing) in which
-            // the app never queued. Room for twice as much, which re-opens fully (see
+            // the app never queued (and nobody waited a tenth of the exit threshold). Room for twice as much, which re-opens fully (see
             // `open_beyond_arrivals`): a downstream that recovered is not kept creeping
             // up a few levels a window, and if it had not, the callers' requests arrive
             // again and the next window cuts from what it sees. (A little over twice after
@@ -457,10 +459,9 @@ const CENSORED_ABOVE: u64 = 50;
 /// exceeds everything that arrived and `may_open_fully` (a downstream with that much room
 /// re-opens in one window rather than creeping up).
 ///
-/// For a sidecar that sees all of its demand this only moves where the level sits beyond
-/// every request that arrived; behind callers' egress (which refuse above the advertised
-/// level before sending) it is what keeps the level from opening fully whenever the
-/// refused demand, invisible here, fits no longer.
+/// Used for censored windows only (see [`is_censored`]): behind callers' egress (which
+/// refuse above the advertised level before sending) it is what keeps the level from
+/// opening fully whenever the refused demand, invisible here, fits no longer.
 ///
 /// The density is arrivals per compound level over that bucket's business class up to it
 /// (users are spread evenly within a class), but never less than the arrivals per

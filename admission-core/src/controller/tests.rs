@@ -304,16 +304,16 @@ fn a_censored_histogram_opens_by_the_spare_room_not_fully() {
     let mut w = window(5_000, 5_000, 5_000, 15);
     (w.completed, w.busy_ns, w.busy_completed) = (5_000, 600 * MS, 3_600);
     let next = c.next_level(current, Zone::Hold, &w, &h);
-    // A censored window aims 5% under the app's 6000: 700 spare at 100 per level is 7
+    // A censored window aims 10% under the app's 6000: 400 spare at 100 per level is 4
     // levels up, not 255.127.
     assert_eq!(c.capacity_estimate(), Some(6_000.0));
-    assert_eq!(next.priority(), Priority { business: 0, user: 56 });
+    assert_eq!(next.priority(), Priority { business: 0, user: 53 });
     // Relax with a short queue: the same extrapolation.
     let mut c = capacity_measured_at(6_000);
     let mut w = window(5_000, 5_000, 5_000, 1);
     (w.completed, w.busy_ns, w.busy_completed) = (5_000, 300 * MS, 1_800);
     let next = c.next_level(current, Zone::Relax, &w, &h);
-    assert_eq!(next.priority(), Priority { business: 0, user: 56 }, "5700 - 5000: 7 levels");
+    assert_eq!(next.priority(), Priority { business: 0, user: 53 }, "5400 - 5000: 4 levels");
 }
 
 #[test]
@@ -323,10 +323,10 @@ fn a_censored_window_admitting_more_than_the_app_completes_sits_at_the_target() 
     let mut w = window(5_000, 5_000, 4_000, 5);
     (w.completed, w.busy_ns, w.busy_completed) = (4_000, 1_000 * MS, 4_000);
     // A short queue, yet over the rate (the wait bound refused the surplus after it
-    // crossed the network): to 5% under the rate, where an uncensored relax would probe
+    // crossed the network): to 10% under the rate, where an uncensored relax would probe
     // upwards (and, finding no bucket above, used to open fully).
     let next = c.next_level(current, Zone::Relax, &w, &h);
-    assert_eq!(admitted_at(&h, next), 3_800);
+    assert_eq!(admitted_at(&h, next), 3_600);
     // A cut cuts.
     let cut = c.next_level(current, Zone::Cut, &window(5_000, 5_000, 4_000, 50), &h);
     assert!(cut < current);
@@ -352,7 +352,7 @@ fn a_quiet_censored_window_reopens_fully() {
     let mut w = window(1_000, 1_000, 1_000, 0);
     w.completed = 1_000;
     let next = c.next_level(current, Zone::Relax, &w, &h);
-    assert!(c.capacity_estimate().unwrap() * 0.95 > 2_000.0, "{:?}", c.capacity_estimate());
+    assert!(c.capacity_estimate().unwrap() * 0.9 > 2_000.0, "{:?}", c.capacity_estimate());
     assert_eq!(next, AdmissionLevel::FULLY_OPEN);
     // Uncensored (arrivals above the level that the level refused): half higher, as before.
     let mut u = capacity_measured_at(1_000);
@@ -406,12 +406,24 @@ fn a_few_lagging_arrivals_above_the_level_do_not_open_it_fully() {
     h[60] = 1;
     let mut w = window(5_001, 5_000, 4_000, 5);
     (w.completed, w.busy_ns, w.busy_completed) = (4_000, 1_000 * MS, 4_000);
-    assert_eq!(admitted_at(&h, c.next_level(current, Zone::Relax, &w, &h)), 3_800);
-    // The app completes 5600; censored, the law aims 5% under: 5320, 319 more than the
+    assert_eq!(admitted_at(&h, c.next_level(current, Zone::Relax, &w, &h)), 3_600);
+    // The app completes 5800; censored, the law aims 10% under: 5220, 219 more than the
     // 5001 that arrived, past bucket 60 at 98 a level (the average non-empty bucket; the
-    // class's 82 a level is lower): 4 levels.
-    let mut c = capacity_measured_at(5_600);
+    // class's 82 a level is lower): 3 levels.
+    let mut c = capacity_measured_at(5_800);
     let mut w = window(5_001, 5_000, 5_000, 5);
-    (w.completed, w.busy_ns, w.busy_completed) = (5_000, 300 * MS, 1_680);
-    assert_eq!(c.next_level(current, Zone::Relax, &w, &h).compound(), 64);
+    (w.completed, w.busy_ns, w.busy_completed) = (5_000, 300 * MS, 1_740);
+    assert_eq!(c.next_level(current, Zone::Relax, &w, &h).compound(), 63);
+}
+
+#[test]
+fn uncensored_windows_still_open_fully_when_everything_fits() {
+    // A lone sidecar after a cut: a third of what arrives is above the level, and all of
+    // it fits the app's rate now (but not twice over): fully open, as the law always did.
+    let mut c = capacity_measured_at(6_000);
+    let (mut h, current) = censored_at(49, 100);
+    h[80..=104].iter_mut().for_each(|n| *n = 100);
+    let mut w = window(7_500, 5_000, 5_000, 1);
+    w.completed = 5_000;
+    assert_eq!(c.next_level(current, Zone::Relax, &w, &h), AdmissionLevel::FULLY_OPEN);
 }
