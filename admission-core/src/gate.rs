@@ -8,10 +8,11 @@
 //!   app's typical time ([`give_up_at`]), not when it finally reaches the head.
 //! - At dequeue (the residence gate, the last point where delay accumulates), nothing
 //!   past its deadline or the task timeout, or that cannot finish in time, reaches the app.
-//! - Under overload (the level cuts), a waiter older than `overload_max_wait` is dropped
-//!   while it waits, unless it is about to be served, and only if no less important
-//!   request waits: a more important waiter is never dropped while a less important one
-//!   is still queued. The
+//! - Under overload (the level cuts), a waiter of the class the level cuts in (or a less
+//!   important one) older than `overload_max_wait` is dropped while it waits, unless it
+//!   is about to be served, and only if no less important request waits: a more important
+//!   waiter is never dropped while a less important one is still queued, and a class the
+//!   level admits whole is bound by its budget only. The
 //!   waiters it drops are the backlog of the least important class the level admits,
 //!   which a priority queue would otherwise keep until their budget runs out. At the door,
 //!   a newcomer whose expected wait already exceeds `overload_max_wait` is refused at once.
@@ -75,6 +76,11 @@ pub struct DeadlineCheck {
     pub expected_wait: Nanos,
     /// Whether the sidecar is overloaded (the detector's state).
     pub overloaded: bool,
+    /// Whether the request is in the business class the level cuts in, or a less important
+    /// one: the backlog the max wait trims. A class the level admits whole waits only
+    /// for what is ahead of it in its own priority order, so its budget alone bounds it
+    /// (an app's hiccup under overload must not cost the most important class).
+    pub marginal: bool,
     /// Under overload, the longest a waiter may wait while nothing less important does.
     pub overload_max_wait: Nanos,
     /// Whether a less important request is waiting in the queue now.
@@ -126,7 +132,11 @@ pub fn deadline_gate(stage: Stage, c: &DeadlineCheck) -> Verdict {
             // admitted tail) or dropped later, so it is refused now. The expected wait
             // counts only waiters at or above its priority: the most important class is
             // refused here only when it alone overfills the queue.
-            if c.overloaded && c.overload_max_wait > 0 && c.expected_wait > c.overload_max_wait {
+            if c.overloaded
+                && c.marginal
+                && c.overload_max_wait > 0
+                && c.expected_wait > c.overload_max_wait
+            {
                 return Verdict::ExpectedWaitTooLong;
             }
             Verdict::Forward
@@ -143,6 +153,7 @@ pub fn deadline_gate(stage: Stage, c: &DeadlineCheck) -> Verdict {
             // start of a spike it is typically the most important class at the head.
             if c.queued
                 && c.overloaded
+                && c.marginal
                 && c.overload_max_wait > 0
                 && waited > c.overload_max_wait
                 && c.expected_wait > c.overload_max_wait / 8
@@ -238,9 +249,14 @@ mod tests {
         c.queued = false;
         c.overload_max_wait = 30 * MS;
         c.expected_wait = 40 * MS;
+        c.marginal = true;
         assert_eq!(deadline_gate(Stage::Door, &c), Verdict::Forward);
         c.overloaded = true;
         assert_eq!(deadline_gate(Stage::Door, &c), Verdict::ExpectedWaitTooLong);
+        // A class the level admits whole is bound by its budget only.
+        c.marginal = false;
+        assert_eq!(deadline_gate(Stage::Door, &c), Verdict::Forward);
+        c.marginal = true;
         c.expected_wait = 30 * MS;
         assert_eq!(deadline_gate(Stage::Door, &c), Verdict::Forward);
         c.overload_max_wait = 0;
@@ -262,11 +278,16 @@ mod tests {
         c.overloaded = true;
         c.overload_max_wait = 100 * MS;
         c.expected_wait = 50 * MS;
+        c.marginal = true;
         c.less_important_waiting = true;
         assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::Forward);
         c.less_important_waiting = false;
         assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::WaitedOut);
         c.overloaded = false;
+        assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::Forward);
+        // A class the level admits whole is never dropped for its wait.
+        c.overloaded = true;
+        c.marginal = false;
         assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::Forward);
     }
 
@@ -275,6 +296,7 @@ mod tests {
         let mut c = check(150, 500);
         c.overloaded = true;
         c.overload_max_wait = 100 * MS;
+        c.marginal = true;
         c.expected_wait = 12 * MS;
         assert_eq!(deadline_gate(Stage::Waiting, &c), Verdict::Forward);
         c.expected_wait = 13 * MS;

@@ -274,9 +274,21 @@ mod gate_and_limit {
             0u64..300,
             any::<bool>(),
             any::<bool>(),
+            any::<bool>(),
         )
             .prop_map(
-                |(now, budget, timeout, typical, wait, overloaded, max_wait, less, queued)| {
+                |(
+                    now,
+                    budget,
+                    timeout,
+                    typical,
+                    wait,
+                    overloaded,
+                    max_wait,
+                    less,
+                    queued,
+                    marginal,
+                )| {
                     DeadlineCheck {
                         arrival: 0,
                         now: now * MS,
@@ -288,6 +300,7 @@ mod gate_and_limit {
                         overload_max_wait: max_wait * MS,
                         less_important_waiting: less,
                         queued,
+                        marginal,
                     }
                 },
             )
@@ -313,6 +326,17 @@ mod gate_and_limit {
             }
         }
 
+        /// A class the level admits whole is never refused for the max wait.
+        #[test]
+        fn the_max_wait_spares_classes_the_level_admits_whole(c in check(), stage in stage()) {
+            let c = DeadlineCheck { marginal: false, ..c };
+            let v = deadline_gate(stage, &c);
+            prop_assert_ne!(v, Verdict::WaitedOut);
+            if v == Verdict::ExpectedWaitTooLong {
+                prop_assert!(c.expected_wait.saturating_add(c.typical_app) > c.deadline - c.now);
+            }
+        }
+
         /// A more important waiter is never dropped by the max wait while a less important
         /// one waits.
         #[test]
@@ -321,10 +345,13 @@ mod gate_and_limit {
             prop_assert_ne!(deadline_gate(stage, &c), Verdict::WaitedOut);
         }
 
-        /// Under overload, nothing let in at the door expects to wait past the max wait.
+        /// Under overload, nothing of the cut class let in at the door expects to wait past
+        /// the max wait.
         #[test]
         fn the_door_bounds_the_expected_wait_under_overload(c in check()) {
-            if c.overloaded && c.overload_max_wait > 0 && deadline_gate(Stage::Door, &c).is_forward() {
+            if c.overloaded && c.marginal && c.overload_max_wait > 0
+                && deadline_gate(Stage::Door, &c).is_forward()
+            {
                 prop_assert!(c.expected_wait <= c.overload_max_wait);
             }
         }

@@ -80,10 +80,15 @@ fn capacity_law_cuts_a_spike_fast_and_recovers_after_it() {
     }
 }
 
-/// The paper's law, kept for comparison: slow to cut, slower to re-open.
+/// The paper's law, kept for comparison: slow to cut, slower to re-open. (With the max
+/// wait on, the gate trims the spike's backlog so the level cuts less deep and the law's
+/// slowness hardly shows; it is measured here with the level doing the work alone.)
 #[test]
 fn dagor_law_recovers_slowly_after_a_spike() {
-    let s = simulate(Law::Dagor, &[0.5, 3.0, 0.5], 30);
+    let s = sim::run(&SimConfig {
+        overload_max_wait: Duration::ZERO,
+        ..config(Law::Dagor, &[0.5, 3.0, 0.5], 30)
+    });
     let after = &s.phase_reports[2];
     assert!(after.recovered_after_s.is_none_or(|r| r > 2), "{:#?}", s.phase_reports);
 }
@@ -158,8 +163,11 @@ fn a_stalled_app_is_seen_and_recovered_from() {
         overloaded_at.is_some_and(|ms| ms <= 6_000),
         "overloaded at {overloaded_at:?} during a stall from 5000 ms"
     );
+    // Open again: every class offered (business 0-2) admitted whole, nobody waiting. (The
+    // level need not walk on to "fully open" through classes nobody sends.)
+    let every_class = admission_core::Priority { business: 2, user: 127 }.compound();
     let open_again =
-        s.trace.iter().find(|t| t.ms >= 8_000 && t.level == u16::MAX >> 1 && t.queue_depth == 0);
+        s.trace.iter().find(|t| t.ms >= 8_000 && t.level >= every_class && t.queue_depth == 0);
     assert!(open_again.is_some_and(|t| t.ms <= 10_000), "open again at {open_again:?}");
     let stalled = s.windows[5..8].iter().map(|w| w.class_success[0]).fold(1.0, f64::min);
     assert!(stalled < 0.1, "nothing can succeed while the app stalls");

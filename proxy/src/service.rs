@@ -75,6 +75,15 @@ pub struct Inbound {
     write: Duration,
 }
 
+/// The bound a waiter past the max wait evicts below: less important than itself, and in
+/// the class the level cuts in or a less important one.
+fn evict_below(waiter: Priority, level: AdmissionLevel) -> Priority {
+    let cut_class = Priority { business: level.priority().business, user: 0 };
+    let above_cut_class = Priority::from_compound(cut_class.compound().saturating_sub(1))
+        .unwrap_or(Priority::MOST_IMPORTANT);
+    waiter.max(above_cut_class)
+}
+
 /// What one caller connection shares with its requests.
 #[derive(Debug, Default)]
 pub struct ConnState {
@@ -340,6 +349,7 @@ impl Inbound {
             return false;
         }
         let rate = self.completion_rate();
+        let level = self.shared.engine.level();
         let clock = self.shared.engine.clock();
         let check = DeadlineCheck {
             arrival: clock.nanos_at(arrival),
@@ -348,7 +358,8 @@ impl Inbound {
             task_timeout: self.task_timeout.as_nanos() as u64,
             typical_app: self.shared.app_time.typical().as_nanos() as u64,
             expected_wait: expected_wait(ahead, rate),
-            overloaded: self.shared.engine.level() != AdmissionLevel::FULLY_OPEN,
+            overloaded: level != AdmissionLevel::FULLY_OPEN,
+            marginal: p.business >= level.priority().business,
             overload_max_wait: self.overload_max_wait.as_nanos() as u64,
             ..DeadlineCheck::default()
         };
@@ -370,12 +381,15 @@ impl Inbound {
             let engine = &self.shared.engine;
             let clock = engine.clock();
             let now = Instant::now();
-            let overloaded = engine.level() != AdmissionLevel::FULLY_OPEN;
+            let level = engine.level();
+            let overloaded = level != AdmissionLevel::FULLY_OPEN;
             if overloaded {
-                // Whatever waits behind a waiter that has waited out the max wait would
-                // wait longer still: it goes first (a more important waiter is never
-                // dropped while a less important one waits), then this one.
-                self.shared.limit.evict_less_important_than(priority);
+                // Whatever of the cut class waits behind a waiter that has waited out the
+                // max wait would wait longer still: it goes first (a more important waiter
+                // is never dropped while a less important one waits), then this one if its
+                // class is the one the level cuts in. Classes the level admits whole are
+                // never evicted for a wait, whoever waited.
+                self.shared.limit.evict_less_important_than(evict_below(priority, level));
             }
             let check = DeadlineCheck {
                 arrival: clock.nanos_at(arrival),
@@ -384,6 +398,7 @@ impl Inbound {
                 deadline: u64::MAX,
                 task_timeout: u64::MAX,
                 overloaded,
+                marginal: priority.business >= level.priority().business,
                 overload_max_wait: self.overload_max_wait.as_nanos() as u64,
                 less_important_waiting: overloaded
                     && self.shared.limit.less_important_waiting(priority),

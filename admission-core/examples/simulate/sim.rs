@@ -452,6 +452,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
                     typical_app,
                     expected_wait: expected_wait(ahead, rate),
                     overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
+                    marginal: class >= engine.level().priority().business,
                     overload_max_wait: max_wait_ns,
                     ..DeadlineCheck::default()
                 };
@@ -473,10 +474,15 @@ pub fn run(cfg: &SimConfig) -> Summary {
             let Reverse((_, compound, id)) = give_ups.pop().expect("exists");
             let Some(r) = pending.by_priority.get(&(compound, id)).copied() else { continue };
             let overloaded = engine.level() != AdmissionLevel::FULLY_OPEN;
+            let marginal = r.class >= engine.level().priority().business;
             if overloaded && max_wait_ns > 0 && now - r.arrival > max_wait_ns {
                 // As the sidecar does: whatever waits behind a waiter past the max wait is
                 // evicted first, then the waiter itself is asked about.
-                while let Some((evicted, e)) = pending.pop_less_important_than(compound) {
+                // Only the cut class and beyond: classes the level admits whole are never
+                // evicted for a wait.
+                let cut_class = Priority { business: engine.level().priority().business, user: 0 };
+                let bound = compound.max(cut_class.compound().saturating_sub(1));
+                while let Some((evicted, e)) = pending.pop_less_important_than(bound) {
                     let waited = now - e.arrival;
                     engine.record_queuing(Duration::from_nanos(waited));
                     engine.record_gate_drop();
@@ -498,10 +504,10 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 typical_app,
                 expected_wait: if overloaded { expected_wait(ahead, rate) } else { 0 },
                 overloaded,
+                marginal,
                 overload_max_wait: max_wait_ns,
                 less_important_waiting: pending.less_important_than(r.compound),
                 queued: true,
-                ..DeadlineCheck::default()
             };
             if deadline_gate(Stage::Waiting, &check).is_forward() {
                 // Asked early for the max wait: ask again at the give-up time, or soon if
