@@ -67,6 +67,9 @@ struct BusyClock {
     empty_since: Option<(Nanos, u64)>,
 }
 
+/// [`AdmissionEngine::level_refuses`]: beyond 1 in this many arrivals.
+const REFUSING_ONE_IN: u64 = 50;
+
 /// `record_queuing` checks the window's age on every this-many-th sample of a shard.
 const TIME_CHECK_EVERY: u64 = 64;
 
@@ -77,6 +80,9 @@ pub struct AdmissionEngine<C: Clock = MonotonicClock> {
     window_requests: u32,
     level: AtomicU16,
     overloaded: AtomicBool,
+    /// Whether the level in force would refuse more than 1 in 50 of what arrived in the
+    /// last window (see [`Self::level_refuses`]).
+    refusing: AtomicBool,
     active: AtomicUsize,
     counters: [WindowCounters; 2],
     /// `shards - 1`; shards is a power of two.
@@ -125,6 +131,7 @@ impl<C: Clock> AdmissionEngine<C> {
             window_requests,
             level: AtomicU16::new(AdmissionLevel::FULLY_OPEN.compound()),
             overloaded: AtomicBool::new(false),
+            refusing: AtomicBool::new(false),
             active: AtomicUsize::new(0),
             counters: [WindowCounters::new(shards), WindowCounters::new(shards)],
             shard_mask: shards - 1,
@@ -322,6 +329,16 @@ impl<C: Clock> AdmissionEngine<C> {
         self.overloaded.load(Relaxed)
     }
 
+    /// Whether the level refuses a real share of what arrives here: more than 1 in 50 of
+    /// the last window's arrivals lie beyond it. A level can be cut and refuse (next to)
+    /// nothing: behind callers whose egress already refuses beyond it, everything that
+    /// arrives is within it. The queue's max wait trims the backlog of a level that
+    /// refuses; behind such callers a refusal here would only waste the work they did.
+    #[inline]
+    pub fn level_refuses(&self) -> bool {
+        self.refusing.load(Relaxed)
+    }
+
     pub fn mode(&self) -> Mode {
         self.mode
     }
@@ -396,6 +413,9 @@ impl<C: Clock> AdmissionEngine<C> {
         let zone = state.detector.observe(&summary);
         let next = state.controller.next_level(self.level(), zone, &summary, &state.scratch);
         self.level.store(next.compound(), Relaxed);
+        let would_refuse: u64 =
+            state.scratch[next.compound() as usize + 1..].iter().map(|&n| u64::from(n)).sum();
+        self.refusing.store(would_refuse * REFUSING_ONE_IN > arrivals, Relaxed);
         let capacity = state.controller.capacity_estimate().unwrap_or(0.0);
         self.capacity_bits.store(capacity.to_bits(), Relaxed);
         self.overloaded.store(state.detector.overloaded(), Relaxed);

@@ -8,7 +8,7 @@
 //!   app's typical time ([`give_up_at`]), not when it finally reaches the head.
 //! - At dequeue (the residence gate, the last point where delay accumulates), nothing
 //!   past its deadline or the task timeout, or that cannot finish in time, reaches the app.
-//! - Under overload (the level cuts), a waiter of the class the level cuts in (or a less
+//! - While the level refuses (beyond 1 in 50 arrivals), a waiter of the class the level cuts in (or a less
 //!   important one) older than `overload_max_wait` is dropped while it waits, unless it
 //!   is about to be served, and only if no less important request waits: a more important
 //!   waiter is never dropped while a less important one is still queued, and a class the
@@ -74,7 +74,10 @@ pub struct DeadlineCheck {
     /// the wait (the waiters ahead of it over the completion rate, [`expected_wait`]);
     /// zero at dequeue (it is being served now).
     pub expected_wait: Nanos,
-    /// Whether the sidecar is overloaded (the detector's state).
+    /// Whether the level refuses a real share of the arrivals (the engine's
+    /// `level_refuses`): the max-wait rules apply only then. A level that refuses (next to)
+    /// nothing, behind callers whose egress refuses for it, or fully open during a burst or
+    /// a hiccup, leaves waiters their whole budget.
     pub overloaded: bool,
     /// Whether the request is in the business class the level cuts in, or a less important
     /// one: the backlog the max wait trims. A class the level admits whole waits only
@@ -127,7 +130,7 @@ pub fn deadline_gate(stage: Stage, c: &DeadlineCheck) -> Verdict {
             if c.expected_wait > 0 && c.expected_wait.saturating_add(c.typical_app) > remaining {
                 return Verdict::ExpectedWaitTooLong;
             }
-            // While the level cuts, the queue is the spike's backlog, not a burst: a
+            // While the level refuses, the queue is the spike's backlog, not a burst: a
             // newcomer that expects to wait past the max wait would be served late (the
             // admitted tail) or dropped later, so it is refused now. The expected wait
             // counts only waiters at or above its priority: the most important class is

@@ -358,7 +358,7 @@ impl Inbound {
             task_timeout: self.task_timeout.as_nanos() as u64,
             typical_app: self.shared.app_time.typical().as_nanos() as u64,
             expected_wait: expected_wait(ahead, rate),
-            overloaded: level != AdmissionLevel::FULLY_OPEN,
+            overloaded: self.shared.engine.level_refuses(),
             marginal: p.business >= level.priority().business,
             overload_max_wait: self.overload_max_wait.as_nanos() as u64,
             ..DeadlineCheck::default()
@@ -382,7 +382,7 @@ impl Inbound {
             let clock = engine.clock();
             let now = Instant::now();
             let level = engine.level();
-            let overloaded = level != AdmissionLevel::FULLY_OPEN;
+            let overloaded = engine.level_refuses();
             if overloaded {
                 // Whatever of the cut class waits behind a waiter that has waited out the
                 // max wait would wait longer still: it goes first (a more important waiter

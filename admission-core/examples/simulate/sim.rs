@@ -451,7 +451,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
                     task_timeout: timeout_ns,
                     typical_app,
                     expected_wait: expected_wait(ahead, rate),
-                    overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
+                    overloaded: engine.level_refuses(),
                     marginal: class >= engine.level().priority().business,
                     overload_max_wait: max_wait_ns,
                     ..DeadlineCheck::default()
@@ -473,7 +473,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
         } else if now == next_give_up {
             let Reverse((_, compound, id)) = give_ups.pop().expect("exists");
             let Some(r) = pending.by_priority.get(&(compound, id)).copied() else { continue };
-            let overloaded = engine.level() != AdmissionLevel::FULLY_OPEN;
+            let overloaded = engine.level_refuses();
             let marginal = r.class >= engine.level().priority().business;
             if overloaded && max_wait_ns > 0 && now - r.arrival > max_wait_ns {
                 // As the sidecar does: whatever waits behind a waiter past the max wait is
@@ -550,7 +550,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 deadline: r.deadline,
                 task_timeout: timeout_ns,
                 typical_app,
-                overloaded: engine.level() != AdmissionLevel::FULLY_OPEN,
+                overloaded: engine.level_refuses(),
                 overload_max_wait: max_wait_ns,
                 less_important_waiting: pending.less_important_than(r.compound),
                 queued: waited > 0,

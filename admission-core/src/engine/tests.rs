@@ -151,3 +151,30 @@ fn status_reports_the_goodput_capacity_estimate() {
     let cap = s.capacity_per_sec.expect("measured while saturated");
     assert!((420.0..=430.0).contains(&cap), "capacity {cap}");
 }
+
+#[test]
+fn the_level_refuses_only_while_arrivals_lie_beyond_it() {
+    let e = engine(Law::Dagor, Mode::Enforce);
+    assert!(!e.level_refuses(), "fully open refuses nothing");
+    // 3x overload over all 128 user levels: the level cuts and refuses much of it.
+    for _ in 0..10 {
+        run_window(&e, 1280, 427, 100);
+    }
+    assert_ne!(e.level(), AdmissionLevel::FULLY_OPEN);
+    assert!(e.level_refuses());
+    // Behind callers that refuse beyond the level for it, only what it admits arrives: the
+    // level is still cut, yet it refuses nothing here.
+    let cut = e.level().priority().user;
+    for _ in 0..3 {
+        for i in 0..1000u32 {
+            assert_ne!(e.admit(user((i % (u32::from(cut) + 1)) as u8)), Decision::Shed);
+        }
+        for _ in 0..400 {
+            e.record_queuing(Duration::from_millis(15));
+        }
+        e.clock().advance(Duration::from_secs(1));
+        e.tick();
+    }
+    assert_ne!(e.level(), AdmissionLevel::FULLY_OPEN, "dagor holds between the thresholds");
+    assert!(!e.level_refuses(), "level {} refuses nothing that arrives", e.level());
+}
