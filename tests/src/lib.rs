@@ -6,10 +6,14 @@
 //! - [`contender`]: the things we put between load and backend (direct, HAProxy, nginx,
 //!   the `weir` binary) started as bounded child processes on 127.0.0.1.
 //! - [`scenario`], [`report`], [`plot`]: the overload benchmark and its outputs.
+//! - [`egress_bench`]: the chain, fan-out and expiry benchmark through two sidecars;
+//!   [`bench_cli`]: the runners' shared command-line pieces.
 //!
 //! Everything here targets 127.0.0.1 only, and every run has a fixed duration.
 
+pub mod bench_cli;
 pub mod contender;
+pub mod egress_bench;
 pub mod fairness;
 pub mod overhead;
 pub mod plot;

@@ -6,6 +6,7 @@
 
 mod support;
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -31,80 +32,13 @@ struct Counts {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_egress_refuses_what_the_overloaded_downstream_would_shed_before_sending_it() {
-    let app_b = Backend::start().await;
-    app_b.set_service_time(SERVICE);
-    let b = support::sidecar(app_b.addr, |c| {
-        c.inbound.max_inflight = B_INFLIGHT;
-        c.admission.window = Duration::from_millis(200);
-    });
-    let b_addr = b.inbound_addr();
-    let unused = Backend::start().await;
-    let a = support::sidecar(unused.addr, |c| {
-        c.egress.enabled = true;
-        c.egress.listen = "127.0.0.1:0".parse().unwrap();
-    });
-    let egress = a.egress().unwrap().addr();
+    let Chain { _app_b, b, _unused, a, b_addr, egress } =
+        Chain::start(SERVICE, B_INFLIGHT, Duration::from_millis(200)).await;
     let client = Http1::new();
-    let counts: Vec<Arc<Counts>> = INTERVALS.iter().map(|_| Arc::default()).collect();
     let local_latencies = Arc::new(Mutex::new(Vec::<Duration>::new()));
+    let counts = offer(&client, egress, b_addr, Duration::from_secs(3), &local_latencies).await;
 
-    let length = Duration::from_secs(3);
-    let mut classes = Vec::new();
-    for (i, &(business, interval)) in INTERVALS.iter().enumerate() {
-        let (client, counts, lat) = (client.clone(), counts[i].clone(), local_latencies.clone());
-        classes.push(tokio::spawn(async move {
-            let mut ticks = tokio::time::interval(interval);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            let end = Instant::now() + length;
-            let mut inflight = Vec::new();
-            let mut n = 0u64;
-            while Instant::now() < end {
-                ticks.tick().await;
-                n += 1;
-                let (client, counts, lat) = (client.clone(), counts.clone(), lat.clone());
-                let user = ((n * 37) % 128).to_string();
-                inflight.push(tokio::spawn(async move {
-                    let business = business.to_string();
-                    let host = b_addr.to_string();
-                    let headers = [
-                        ("host", host.as_str()),
-                        ("x-business-priority", business.as_str()),
-                        ("x-user-priority", user.as_str()),
-                    ];
-                    let url = format!("http://{egress}/slow");
-                    let t = Instant::now();
-                    let sent =
-                        client.send(http::Method::GET, &url, &headers, support::client::empty());
-                    match sent.await {
-                        Ok(r) => match (r.status, r.header("x-weir-shed")) {
-                            (200, None) => counts.ok.fetch_add(1, Relaxed),
-                            (503, Some("downstream-level")) => {
-                                lat.lock().unwrap().push(t.elapsed());
-                                counts.refused_at_egress.fetch_add(1, Relaxed)
-                            }
-                            (503, Some(_)) => counts.refused_at_b.fetch_add(1, Relaxed),
-                            (status, shed) => {
-                                eprintln!("other answer: {status} {shed:?} {:?}", r.headers);
-                                counts.other.fetch_add(1, Relaxed)
-                            }
-                        },
-                        Err(_) => counts.other.fetch_add(1, Relaxed),
-                    };
-                }));
-            }
-            for t in inflight {
-                let _ = t.await;
-            }
-        }));
-    }
-    for c in classes {
-        c.await.unwrap();
-    }
-
-    let report: Vec<_> = counts
-        .iter()
-        .map(|c| [&c.ok, &c.refused_at_egress, &c.refused_at_b, &c.other].map(|n| n.load(Relaxed)))
-        .collect();
+    let report: Vec<_> = counts.iter().map(|c| c.get()).collect();
     let mut lat = local_latencies.lock().unwrap().clone();
     lat.sort();
     let pct = |q: f64| lat.get(((lat.len() as f64 * q) as usize).min(lat.len().saturating_sub(1)));
@@ -164,6 +98,169 @@ async fn the_egress_refuses_what_the_overloaded_downstream_would_shed_before_sen
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(flowing, "the refused class flows again after the overload");
+    a.stop();
+    b.stop();
+}
+
+/// App B (the test backend with `service` per request) behind sidecar B (`inflight` slots,
+/// admission window `window`), and sidecar A with its egress on; the test plays app A.
+struct Chain {
+    _app_b: Backend,
+    b: weir_proxy::Sidecar,
+    _unused: Backend,
+    a: weir_proxy::Sidecar,
+    b_addr: SocketAddr,
+    egress: SocketAddr,
+}
+
+impl Chain {
+    async fn start(service: Duration, inflight: usize, window: Duration) -> Chain {
+        let app_b = Backend::start().await;
+        app_b.set_service_time(service);
+        let b = support::sidecar(app_b.addr, |c| {
+            c.inbound.max_inflight = inflight;
+            c.admission.window = window;
+        });
+        let unused = Backend::start().await;
+        let a = support::sidecar(unused.addr, |c| {
+            c.egress.enabled = true;
+            c.egress.listen = "127.0.0.1:0".parse().unwrap();
+        });
+        let (b_addr, egress) = (b.inbound_addr(), a.egress().unwrap().addr());
+        Chain { _app_b: app_b, b, _unused: unused, a, b_addr, egress }
+    }
+}
+
+impl Counts {
+    fn get(&self) -> [u64; 4] {
+        [&self.ok, &self.refused_at_egress, &self.refused_at_b, &self.other]
+            .map(|n| n.load(Relaxed))
+    }
+}
+
+/// Offers `INTERVALS` from a client acting as app A, through A's egress (routed by `Host`)
+/// to B, for `length`; every answer is counted per class, local refusals' latencies kept.
+async fn offer(
+    client: &support::client::TestClient,
+    egress: SocketAddr,
+    b_addr: SocketAddr,
+    length: Duration,
+    local_latencies: &Arc<Mutex<Vec<Duration>>>,
+) -> Vec<Arc<Counts>> {
+    let counts: Vec<Arc<Counts>> = INTERVALS.iter().map(|_| Arc::default()).collect();
+    let mut classes = Vec::new();
+    for (i, &(business, interval)) in INTERVALS.iter().enumerate() {
+        let (client, counts, lat) = (client.clone(), counts[i].clone(), local_latencies.clone());
+        classes.push(tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(interval);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let end = Instant::now() + length;
+            let mut inflight = Vec::new();
+            let mut n = 0u64;
+            while Instant::now() < end {
+                ticks.tick().await;
+                n += 1;
+                let (client, counts, lat) = (client.clone(), counts.clone(), lat.clone());
+                let user = ((n * 37) % 128).to_string();
+                inflight.push(tokio::spawn(async move {
+                    let business = business.to_string();
+                    let host = b_addr.to_string();
+                    let headers = [
+                        ("host", host.as_str()),
+                        ("x-business-priority", business.as_str()),
+                        ("x-user-priority", user.as_str()),
+                    ];
+                    let url = format!("http://{egress}/slow");
+                    let t = Instant::now();
+                    let sent =
+                        client.send(http::Method::GET, &url, &headers, support::client::empty());
+                    match sent.await {
+                        Ok(r) => match (r.status, r.header("x-weir-shed")) {
+                            (200, None) => counts.ok.fetch_add(1, Relaxed),
+                            (503, Some("downstream-level")) => {
+                                lat.lock().unwrap().push(t.elapsed());
+                                counts.refused_at_egress.fetch_add(1, Relaxed)
+                            }
+                            (503, Some(_)) => counts.refused_at_b.fetch_add(1, Relaxed),
+                            (status, shed) => {
+                                eprintln!("other answer: {status} {shed:?} {:?}", r.headers);
+                                counts.other.fetch_add(1, Relaxed)
+                            }
+                        },
+                        Err(_) => counts.other.fetch_add(1, Relaxed),
+                    };
+                }));
+            }
+            for t in inflight {
+                let _ = t.await;
+            }
+        }));
+    }
+    for c in classes {
+        c.await.unwrap();
+    }
+    counts
+}
+
+/// B's inbound counters: (received, refused). Received = admitted + refused.
+fn b_counts(text: &str) -> (f64, f64) {
+    let series = |outcome: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("weir_requests_total{role=\"inbound\""))
+            .filter(|l| l.contains(&format!("outcome=\"{outcome}\"")))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    let refused = series("shed_overload") + series("shed_deadline");
+    (series("admitted") + refused, refused)
+}
+
+/// B overloaded, A's egress learning its level: once the level has settled, nearly every
+/// refusal happens at A's egress and B refuses little of what still crosses the network.
+/// (Before B's capacity law handled its censored histogram, B re-opened fully whenever it
+/// saw no demand above its level, A's egress flooded it, and B refused about a fifth of
+/// what it received.) Margins far from the benchmark's targets (>= 95%, <= 2%): a busy
+/// 2-core machine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_propagating_egress_the_downstream_refuses_little_of_what_it_receives() {
+    // The same capacity (100/s) in 4 slots of 40 ms: the benchmark's app B.
+    let Chain { _app_b, b, _unused, a, b_addr, egress } =
+        Chain::start(SERVICE * 2, B_INFLIGHT * 2, Duration::from_millis(500)).await;
+    let stats = a.egress().unwrap().service().stats();
+    let client = Http1::new();
+    let lat = Arc::new(Mutex::new(Vec::new()));
+    let load = {
+        let client = client.clone();
+        let lat = lat.clone();
+        tokio::spawn(
+            async move { offer(&client, egress, b_addr, Duration::from_secs(8), &lat).await },
+        )
+    };
+    // Settled: A's egress has been refusing for a while (about a second of the unimportant
+    // class's excess); count from there.
+    let settled = support::eventually(Duration::from_secs(6), || {
+        stats.total(EgressOutcome::ShedDownstream) >= 600
+    })
+    .await;
+    assert!(settled, "A's egress refuses below B's level within 6 s");
+    let egress_before = stats.total(EgressOutcome::ShedDownstream);
+    let (b_received_before, b_refused_before) =
+        b_counts(&support::metrics_text(b.admin_addr()).await);
+    let counts = load.await.unwrap();
+    let egress_refused = (stats.total(EgressOutcome::ShedDownstream) - egress_before) as f64;
+    let (b_received, b_refused) = b_counts(&support::metrics_text(b.admin_addr()).await);
+    let (b_received, b_refused) = (b_received - b_received_before, b_refused - b_refused_before);
+    let report: Vec<_> = counts.iter().map(|c| c.get()).collect();
+    let ctx = format!(
+        "after settling: egress refused {egress_refused}, B received {b_received} and refused \
+         {b_refused}; whole run per class [ok, egress, B, other]: {report:?}"
+    );
+    eprintln!("{ctx}");
+    assert!(b_received >= 100.0, "B kept serving: {ctx}");
+    assert!(egress_refused / (egress_refused + b_refused).max(1.0) >= 0.8, "{ctx}");
+    assert!(b_refused <= 0.2 * b_received, "{ctx}");
+    let important = report[0];
+    assert!(important[0] as f64 >= 0.8 * important.iter().sum::<u64>() as f64, "{ctx}");
     a.stop();
     b.stop();
 }

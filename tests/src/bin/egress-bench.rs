@@ -1,0 +1,101 @@
+//! The egress benchmark (see BENCHMARKS.md, "Egress: chain, fan-out, expiry"):
+//! `cargo build --release -p proxy --bin weir -p weir-tests && target/release/egress-bench [--quick]`
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use weir_harness::bench_cli::{default_weir_bin, loadavg, parse_app, parse_mix};
+use weir_harness::egress_bench::{self, EgressBenchConfig, Suite};
+use weir_harness::report::Machine;
+
+#[derive(Parser, Debug)]
+#[command(about = "Egress benchmark: chain, fan-out and expiry through two weir sidecars")]
+struct Args {
+    /// About two minutes in all: shorter runs.
+    #[arg(long)]
+    quick: bool,
+    #[arg(long, value_delimiter = ',', default_values = ["chain", "fanout", "expiry"])]
+    suites: Vec<Suite>,
+    /// App B (the bottleneck) as WORKERSxMS.
+    #[arg(long, default_value = "4x40")]
+    app_b: String,
+    /// Milliseconds of hashing app A does per request before calling B.
+    #[arg(long, default_value_t = 1.0)]
+    app_a_ms: f64,
+    /// Offered load at B, as a multiple of its capacity (chain and fan-out).
+    #[arg(long, default_value_t = 3.0)]
+    multiple: f64,
+    /// Class mix critical/normal/background in percent.
+    #[arg(long, default_value = "10/30/60")]
+    mix: String,
+    /// Leave weir A's adaptive in-flight limit on (weir's default; off here by default,
+    /// see BENCHMARKS.md).
+    #[arg(long)]
+    a_adaptive_inflight: bool,
+    #[arg(long, default_value_t = 7)]
+    seed: u64,
+    /// The `weir` binary [default: target/release/weir next to this program].
+    #[arg(long)]
+    weir_bin: Option<PathBuf>,
+    /// Where JSON, markdown and SVGs go [default: tests/bench/out/egress in the workspace].
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| default_weir_bin(&workspace));
+    anyhow::ensure!(
+        weir_bin.is_file(),
+        "{} not found (build it: `cargo build --release -p proxy --bin weir`, or pass --weir-bin)",
+        weir_bin.display()
+    );
+    let app_b = parse_app(&args.app_b)?;
+    anyhow::ensure!(!app_b.service_time.is_zero(), "app B needs a service time");
+    let s = Duration::from_secs;
+    let (run, warmup, phase, degraded, after) =
+        if args.quick { (s(10), s(4), s(4), s(5), s(6)) } else { (s(20), s(5), s(6), s(8), s(10)) };
+    let config = EgressBenchConfig {
+        suites: args.suites.clone(),
+        app_b,
+        app_a_work: Duration::from_secs_f64(args.app_a_ms.max(0.0) / 1000.0),
+        multiple: args.multiple,
+        run,
+        warmup,
+        expiry_phase: phase,
+        expiry_degraded: degraded,
+        expiry_after: after,
+        expiry_load: 0.6,
+        slowdown: 3,
+        mix: parse_mix(&args.mix)?,
+        a_adaptive_inflight: args.a_adaptive_inflight,
+        seed: args.seed,
+        weir_bin,
+    };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let started = std::time::Instant::now();
+    let loadavg_before = loadavg();
+    let result = runtime.block_on(egress_bench::run(config, |line| eprintln!("{line}")))?;
+    let machine = Machine::probe();
+    let markdown = format!(
+        "{}- load average before / after: {} / {}\n\n{}\nRun took {:.0} s: `{}`\n",
+        machine.markdown(),
+        loadavg_before,
+        loadavg(),
+        egress_bench::markdown(&result),
+        started.elapsed().as_secs_f64(),
+        std::env::args().collect::<Vec<_>>().join(" ")
+    );
+    let out = args.out.clone().unwrap_or_else(|| workspace.join("tests/bench/out/egress"));
+    std::fs::create_dir_all(&out)?;
+    let json = serde_json::json!({ "machine": machine, "result": result });
+    std::fs::write(out.join("egress.json"), serde_json::to_vec_pretty(&json)?)?;
+    std::fs::write(out.join("egress.md"), &markdown)?;
+    let plots = egress_bench::write_plots(&result, &out)?;
+    println!("{markdown}");
+    eprintln!("wrote {}/egress.{{json,md}} and {}", out.display(), plots.join(", "));
+    Ok(())
+}
