@@ -38,17 +38,20 @@ pub struct InboundConfig {
     pub max_inflight: usize,
     /// Find the app's concurrency from its own response times and limit the requests in
     /// flight to it (plus a margin), so the queue forms in the sidecar, where the queuing
-    /// time sees it, rather than inside the app. `false`: exactly `max_inflight`.
+    /// time sees it, rather than inside the app. `false`: exactly `max_inflight`. Off
+    /// whenever the egress role is on: the app then calls downstreams, its response time
+    /// includes theirs, and a limit inferred from it would shed here for their overload.
     pub adaptive_inflight: bool,
     /// Requests allowed to wait for a slot; beyond that, refused with `x-weir-shed: overload`.
     pub max_queued: usize,
     /// Budget of a request that carries no deadline, and the longest a request may wait.
     #[serde(with = "humantime_serde")]
     pub task_timeout: Duration,
-    /// While the detector says overloaded, the longest a request may wait for a slot; longer
-    /// waits are refused at dequeue (`x-weir-shed: deadline`). A standing queue only delays
-    /// everyone; this drops the backlog the admission level has not cut yet. 0 = off. With
-    /// the priority queue it trades admitted latency for goodput (README has the numbers).
+    /// While the level refuses a real share of arrivals, the longest a request of the class
+    /// the level cuts in (or a less important one) waits for a slot: the door refuses a
+    /// longer expected wait, and a waiter past it evicts the less important waiters behind
+    /// it and is then refused (`x-weir-shed: overload`). It bounds the admitted tail
+    /// (docs/design.md, "Queue and gates"). 0 = off.
     #[serde(with = "humantime_serde")]
     pub overload_max_wait: Duration,
     /// What refusals ask callers to wait (`retry-after`, `grpc-retry-pushback-ms`).

@@ -80,11 +80,19 @@ impl Sidecar {
         let table = crate::admin::initial_table(&config)
             .map_err(|e| StartError::Config { field: e.path, message: e.message })?;
         let engine = AdmissionEngine::with_config(&config.admission);
-        let control = ControlLoop::new(
-            config.inbound.max_inflight,
-            config.inbound.adaptive_inflight,
-            engine.clock().now(),
-        );
+        // An app that calls downstreams (through this sidecar's egress) answers as slowly as
+        // they do: a limit inferred from its response times would queue, and shed, here for
+        // their overload, which their own sidecars and the egress already handle.
+        let adaptive = config.inbound.adaptive_inflight && !config.egress.enabled;
+        if config.inbound.adaptive_inflight && !adaptive {
+            tracing::info!(
+                max_inflight = config.inbound.max_inflight,
+                "adaptive in-flight limit off: the egress role is on, so the app's response \
+                 time includes its downstreams'"
+            );
+        }
+        let control =
+            ControlLoop::new(config.inbound.max_inflight, adaptive, engine.clock().now());
         let shared = Arc::new(Shared {
             limit: InflightLimit::new(control.limit(), config.inbound.max_queued),
             engine,

@@ -138,3 +138,32 @@ async fn the_adaptive_limit_is_on_by_default_and_serves_everything_below_capacit
     let text = support::metrics_text(weir.admin_addr()).await;
     assert!(support::sample(&text, "weir_inflight_limit") >= 1.0, "metric exported");
 }
+
+/// With the egress role on, the app calls downstreams and its response time includes
+/// theirs: the in-flight limit stays at `max_inflight` instead of shrinking (and shedding
+/// here) when they are slow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_adaptive_limit_is_off_when_the_egress_role_is_on() {
+    let app = Backend::start().await;
+    app.set_service_time(Duration::from_millis(20));
+    let weir = support::sidecar(app.addr, |c| {
+        c.inbound.adaptive_inflight = true;
+        c.inbound.max_inflight = 40;
+        c.egress.enabled = true;
+        c.egress.listen = "127.0.0.1:0".parse().unwrap();
+    });
+    let base = format!("http://{}", weir.inbound_addr());
+    let client = Http1::new();
+    for round in 0..10 {
+        let batch: Vec<_> = (0..4)
+            .map(|i| {
+                let (c, url) = (client.clone(), format!("{base}/slow?r={round}&b={i}"));
+                tokio::spawn(async move { c.get(&url, &[]).await })
+            })
+            .collect();
+        for b in batch {
+            assert_eq!(b.await.unwrap().status, 200);
+        }
+    }
+    assert_eq!(weir.status().max_inflight, 40, "the limit is max_inflight, not inferred");
+}
