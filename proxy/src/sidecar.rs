@@ -91,8 +91,7 @@ impl Sidecar {
                  time includes its downstreams'"
             );
         }
-        let control =
-            ControlLoop::new(config.inbound.max_inflight, adaptive, engine.clock().now());
+        let control = ControlLoop::new(config.inbound.max_inflight, adaptive, engine.clock().now());
         let shared = Arc::new(Shared {
             limit: InflightLimit::new(control.limit(), config.inbound.max_queued),
             engine,
