@@ -454,6 +454,9 @@ fn is_censored(histogram: &[u32], current: AdmissionLevel) -> bool {
     above * CENSORED_ABOVE <= all
 }
 
+/// Fewer arrivals than this make a window too thin to extrapolate a density from.
+const THIN_WINDOW: u64 = 20;
+
 /// See [`is_censored`]: 1 in 50.
 const CENSORED_ABOVE: u64 = 50;
 
@@ -469,8 +472,9 @@ const CENSORED_ABOVE: u64 = 50;
 /// opening fully whenever the refused demand, invisible here, fits no longer.
 ///
 /// The density is arrivals per compound level over that bucket's business class up to it
-/// (users are spread evenly within a class), but never less than the arrivals per
-/// non-empty bucket over the whole window (so a step opens at most `spare` levels).
+/// (users are spread evenly within a class); with fewer than [`THIN_WINDOW`] arrivals in
+/// all, never less than the arrivals per non-empty bucket (a step then opens at most
+/// `spare` levels).
 pub fn open_beyond_arrivals(
     histogram: &[u32],
     current: AdmissionLevel,
@@ -488,13 +492,19 @@ pub fn open_beyond_arrivals(
     }
     let class_start = base - base % USER_LEVELS as usize;
     let in_class: u64 = histogram[class_start..=base].iter().map(|&n| n as u64).sum();
-    // Never fewer arrivals a level than a non-empty bucket holds on average: a thin
-    // window (a few requests over many levels) would otherwise extrapolate a near-zero
-    // density and open by hundreds of levels, into classes denser than the one it saw.
-    let occupied = histogram.iter().filter(|&&n| n > 0).count();
-    let per_occupied = arrived as f64 / occupied.max(1) as f64;
     let per_level = in_class as f64 / (base - class_start + 1) as f64;
-    let density = per_level.max(per_occupied);
+    let density = if arrived < THIN_WINDOW {
+        // A thin window (a few requests over many levels) would extrapolate a near-zero
+        // density and open by hundreds of levels: assume no fewer arrivals a level than
+        // a non-empty bucket holds on average, so it opens by at most `spare` levels.
+        let occupied = histogram.iter().filter(|&&n| n > 0).count();
+        per_level.max(arrived as f64 / occupied.max(1) as f64)
+    } else if in_class < THIN_WINDOW / 2 {
+        // The cut's class barely seen: the density over everything up to the base.
+        per_level.max(arrived as f64 / (base + 1) as f64)
+    } else {
+        per_level
+    };
     let steps = if spare > 0.0 { (spare / density).ceil().max(1.0) } else { 1.0 };
     let next = (base as f64 + steps).min((COMPOUND_LEVELS - 1) as f64) as u16;
     AdmissionLevel::from_compound(next).unwrap_or(AdmissionLevel::FULLY_OPEN)
