@@ -80,11 +80,6 @@ pub struct EgressBenchConfig {
     pub slowdown: u32,
     /// critical / normal / background shares.
     pub mix: [f64; 3],
-    /// weir A's adaptive in-flight limit. Off by default here: it reads app A's latency,
-    /// which B's queue makes long, and so shrinks A's limit and sheds at A's door for
-    /// B's overload (see BENCHMARKS.md); app A is asynchronous, its concurrency is not
-    /// what limits it.
-    pub a_adaptive_inflight: bool,
     pub seed: u64,
     #[serde(skip)]
     pub weir_bin: PathBuf,
@@ -328,10 +323,8 @@ impl Graph {
         ));
         let app_a_addr = app_a.clone().serve().await?;
         let max_authorities = if self.propagation { 64 } else { 0 };
-        let adaptive = config.a_adaptive_inflight;
         let a_yaml = format!(
             "inbound:\n  listen: {a_in}\n  app: {app_a_addr}\n  entry: true\n  threads: 1\n\
-             \x20 adaptive_inflight: {adaptive}\n\
              admin:\n  listen: {a_admin}\n  table_file: {}\n  user_secret_file: {}\n\
              egress:\n  enabled: true\n  listen: {a_egress}\n  max_authorities: {max_authorities}\n  threads: 1\n\
              log:\n  filter: warn\n",

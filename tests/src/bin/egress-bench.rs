@@ -29,10 +29,6 @@ struct Args {
     /// Class mix critical/normal/background in percent.
     #[arg(long, default_value = "10/30/60")]
     mix: String,
-    /// Leave weir A's adaptive in-flight limit on (weir's default; off here by default,
-    /// see BENCHMARKS.md).
-    #[arg(long)]
-    a_adaptive_inflight: bool,
     #[arg(long, default_value_t = 7)]
     seed: u64,
     /// The `weir` binary [default: target/release/weir next to this program].
@@ -70,7 +66,6 @@ fn main() -> anyhow::Result<()> {
         expiry_load: 0.6,
         slowdown: 3,
         mix: parse_mix(&args.mix)?,
-        a_adaptive_inflight: args.a_adaptive_inflight,
         seed: args.seed,
         weir_bin,
     };
