@@ -69,6 +69,8 @@ const H2_CONNECTIONS: usize = 2;
 const MAX_POOLS: usize = 1024;
 /// Idle pooled HTTP/1.1 connections to a downstream older than this are closed.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a drain checks for the last outbound request.
+const DRAIN_POLL: Duration = Duration::from_millis(5);
 
 const DOWNSTREAM_LEVEL: &str = "downstream-level";
 const DOWNSTREAM_GRPC_MESSAGE: &str =
@@ -102,6 +104,8 @@ pub struct EgressService {
     body_read: Duration,
     write: Duration,
     conn: ConnLimits,
+    /// Outbound requests being handled, response bodies included: what a drain waits for.
+    active: Arc<AtomicUsize>,
 }
 
 #[derive(Debug, Clone)]
@@ -234,6 +238,23 @@ impl Egress {
         &self.service
     }
 
+    /// Graceful stop: stops accepting, asks every app connection to close once its
+    /// requests are answered (HTTP/1.1 after the current response, h2 with GOAWAY), and
+    /// waits until the outbound requests in flight (their response bodies included) are
+    /// done or `deadline` passes. Returns whether they all finished; [`Egress::shutdown`]
+    /// then drops whatever is left. The sidecar drains the egress after its inbound role:
+    /// the app's in-flight requests may still be calling downstreams through it.
+    pub fn drain(&mut self, deadline: Instant) -> bool {
+        let _ = self.stop.send(true);
+        // A bounded poll: there is no event for "the last request finished".
+        while self.service.active() > 0 && Instant::now() < deadline {
+            std::thread::sleep(DRAIN_POLL);
+        }
+        let left = self.service.active();
+        tracing::info!(drained = left == 0, left, "egress drain finished");
+        left == 0
+    }
+
     /// Stops accepting, then drops every connection still open (without blocking).
     pub fn shutdown(&mut self) {
         let _ = self.stop.send(true);
@@ -301,6 +322,7 @@ impl EgressService {
             pools: Mutex::new(HashMap::new()),
             body_read: egress.timeouts.body_read,
             write: egress.timeouts.write,
+            active: Arc::new(AtomicUsize::new(0)),
             conn: ConnLimits {
                 max_connections: egress.max_connections,
                 header_read: egress.timeouts.header_read,
@@ -319,6 +341,11 @@ impl EgressService {
         &self.stats
     }
 
+    /// Outbound requests being handled now, response bodies included.
+    pub fn active(&self) -> usize {
+        self.active.load(Acquire)
+    }
+
     /// Handles one request from the app (never fails: every problem is a response).
     pub async fn handle(
         &self,
@@ -326,6 +353,7 @@ impl EgressService {
         req: Request<Incoming>,
     ) -> Response<ResponseBody> {
         let arrival = Instant::now();
+        let in_flight = InFlight::enter(&self.active);
         let (parts, body) = req.into_parts();
         let grpc = parts
             .headers
@@ -403,6 +431,8 @@ impl EgressService {
             return Response::from_parts(head, ResponseBody::empty());
         }
         let body = ResponseBody::pumped(body, self.body_read, self.write, move |ok| {
+            // Until the body is done (or abandoned: the closure is dropped with it).
+            let _in_flight = in_flight;
             if ok {
                 lease.reusable();
             }
@@ -477,6 +507,22 @@ impl EgressService {
         let (status, mut headers) = self.refusals.error_head(status, grpc);
         headers.insert(self.level_name.clone(), self.level_value(authority));
         respond(status, headers)
+    }
+}
+
+/// One outbound request in [`EgressService::active`], until dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl InFlight {
+    fn enter(active: &Arc<AtomicUsize>) -> Self {
+        active.fetch_add(1, AcqRel);
+        InFlight(active.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, AcqRel);
     }
 }
 
@@ -584,10 +630,11 @@ async fn accept_loop(
 ) {
     let max_connections = service.conn.max_connections;
     let route = route.map(Arc::new);
+    let stopping = stop.clone();
     accept_bounded(listener, max_connections, stop, "egress", |stream, permit| {
-        let (service, route) = (service.clone(), route.clone());
+        let (service, route, stop) = (service.clone(), route.clone(), stopping.clone());
         tokio::spawn(async move {
-            serve_connection(stream, service, route).await;
+            serve_connection(stream, service, route, stop).await;
             drop(permit);
         });
     })
@@ -620,11 +667,13 @@ impl Drop for Busy<'_> {
 
 /// HTTP/1.1 or h2c (prior knowledge), by hyper's own detection; the first byte must come
 /// within `timeouts.header_read`, a complete HTTP/1.1 head within it too, and a connection
-/// with nothing inside for `timeouts.idle` is asked to close.
+/// with nothing inside for `timeouts.idle`, or any connection once `stop` turns true (a
+/// drain), is asked to close after the requests it carries.
 async fn serve_connection(
     stream: TcpStream,
     service: Arc<EgressService>,
     route: Option<Arc<Authority>>,
+    mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
     let limits = service.conn.clone();
@@ -658,9 +707,17 @@ async fn serve_connection(
     let mut conn = pin!(conn);
     let timer = tokio::time::sleep(limits.idle);
     let mut timer = pin!(timer);
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let mut stopped = pin!(stopped);
     let mut closing = false;
     loop {
         tokio::select! {
+            () = stopped.as_mut(), if !closing => {
+                conn.as_mut().graceful_shutdown();
+                closing = true;
+            }
             result = conn.as_mut() => {
                 if let Err(e) = result {
                     tracing::debug!(error = %e, "egress: app connection ended");

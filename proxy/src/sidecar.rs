@@ -181,14 +181,18 @@ impl Sidecar {
         }
         let drained = self.shared.active() == 0;
         tracing::info!(drained, left = self.shared.active(), "drain finished");
+        // The egress drains after the inbound role, within the same grace: the app's
+        // in-flight requests may have been calling downstreams through it until now.
+        let egress_drained = self.egress.take().is_none_or(|mut egress| {
+            let drained = egress.drain(deadline);
+            egress.shutdown();
+            drained
+        });
         if let Some(admin) = self.admin.take() {
             admin.stop();
         }
-        if let Some(mut egress) = self.egress.take() {
-            egress.shutdown();
-        }
         self.plane.shutdown();
-        drained
+        drained && egress_drained
     }
 
     fn finish_fast(&mut self) {
