@@ -12,7 +12,7 @@ use weir_harness::report::Machine;
 #[derive(Parser, Debug)]
 #[command(about = "Egress benchmark: chain, fan-out and expiry through two weir sidecars")]
 struct Args {
-    /// About two minutes in all: shorter runs.
+    /// About a minute in all: 10 s runs (expiry 15 s).
     #[arg(long)]
     quick: bool,
     #[arg(long, value_delimiter = ',', default_values = ["chain", "fanout", "expiry"])]
