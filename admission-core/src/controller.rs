@@ -439,7 +439,8 @@ pub fn level_for_target(histogram: &[u32], target: f64) -> AdmissionLevel {
 }
 
 /// Next to nothing above `current` arrived in the window (at most one in
-/// [`CENSORED_ABOVE`], and `current` is not fully open): the histogram is censored at the
+/// [`CENSORED_ABOVE`], or at most [`CENSORED_STRAGGLERS`], and `current` is not fully
+/// open): the histogram is censored at the
 /// level. That is what a sidecar whose callers run weir's egress sees once they know its
 /// level: they refuse above it before sending, so it counts what it admits plus the few
 /// sent before the callers heard of a cut. A sidecar that sees all of its demand has far
@@ -451,8 +452,17 @@ fn is_censored(histogram: &[u32], current: AdmissionLevel) -> bool {
     }
     let above: u64 = histogram[cur + 1..].iter().map(|&n| n as u64).sum();
     let all: u64 = above + histogram[..=cur].iter().map(|&n| n as u64).sum::<u64>();
-    above * CENSORED_ABOVE <= all
+    // A thin window (a short early re-open) judged by share alone would call two stragglers
+    // out of nine "demand": that opened the level fully and let the callers' backlog in.
+    above * CENSORED_ABOVE <= all || above <= CENSORED_STRAGGLERS
 }
+
+/// Arrivals above the level that a window may hold and still count as censored whatever
+/// its size: requests the callers sent before they heard of a cut.
+const CENSORED_STRAGGLERS: u64 = 2;
+
+/// [`open_beyond_arrivals`] opens fully when the spare room is this many times what came.
+const CENSORED_FULL_OPEN_ROOM: f64 = 2.0;
 
 /// Fewer arrivals than this make a window too thin to extrapolate a density from.
 const THIN_WINDOW: u64 = 20;
@@ -463,8 +473,8 @@ const CENSORED_ABOVE: u64 = 50;
 /// The level for a window whose arrivals all fit in `target` while `current` cuts: past
 /// the highest bucket that arrived (or `current`, if higher) by the spare room (`target`
 /// less what arrived) over the arrival density there, extrapolated beyond it. At least one
-/// fine step (a probe, so a level never sticks), and fully open when the spare room
-/// exceeds everything that arrived and `may_open_fully` (a downstream with that much room
+/// fine step (a probe, so a level never sticks), and fully open when the spare room is
+/// twice everything that arrived and `may_open_fully` (a downstream with that much room
 /// re-opens in one window rather than creeping up).
 ///
 /// Used for censored windows only (see [`is_censored`]): behind callers' egress (which
@@ -487,7 +497,10 @@ pub fn open_beyond_arrivals(
     let base = (current.compound() as usize).max(highest);
     let arrived: u64 = histogram.iter().map(|&n| n as u64).sum();
     let spare = target - arrived as f64;
-    if spare >= arrived as f64 && may_open_fully {
+    // Fully open only with room for three times what came: the estimate behind a quiet
+    // censored window is a probe (half above what completed), and room for merely twice
+    // what came opened fully on a probe and let the callers' backlog in (a sawtooth).
+    if spare >= CENSORED_FULL_OPEN_ROOM * arrived as f64 && may_open_fully {
         return AdmissionLevel::FULLY_OPEN;
     }
     let class_start = base - base % USER_LEVELS as usize;

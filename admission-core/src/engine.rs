@@ -67,6 +67,10 @@ struct BusyClock {
     empty_since: Option<(Nanos, u64)>,
 }
 
+/// How long the level before a cut still admits, behind propagating callers: a few of
+/// their response intervals (they learn the new level from the next response).
+const CUT_GRACE_NS: u64 = 25_000_000;
+
 /// [`AdmissionEngine::level_refuses`]: beyond 1 in this many arrivals.
 const REFUSING_ONE_IN: u64 = 50;
 
@@ -83,6 +87,10 @@ pub struct AdmissionEngine<C: Clock = MonotonicClock> {
     /// Whether the level in force would refuse more than 1 in 50 of what arrived in the
     /// last window (see [`Self::level_refuses`]).
     refusing: AtomicBool,
+    /// After a cut behind propagating callers: the level before it, still honoured until
+    /// `grace_until` (engine clock) for what they sent before they heard of the cut.
+    grace_level: AtomicU16,
+    grace_until: AtomicU64,
     active: AtomicUsize,
     counters: [WindowCounters; 2],
     /// `shards - 1`; shards is a power of two.
@@ -132,6 +140,8 @@ impl<C: Clock> AdmissionEngine<C> {
             level: AtomicU16::new(AdmissionLevel::FULLY_OPEN.compound()),
             overloaded: AtomicBool::new(false),
             refusing: AtomicBool::new(false),
+            grace_level: AtomicU16::new(0),
+            grace_until: AtomicU64::new(0),
             active: AtomicUsize::new(0),
             counters: [WindowCounters::new(shards), WindowCounters::new(shards)],
             shard_mask: shards - 1,
@@ -182,6 +192,9 @@ impl<C: Clock> AdmissionEngine<C> {
             Decision::Admit
         } else if self.mode == Mode::Shadow {
             Decision::WouldShed
+        } else if self.in_cut_grace(p) {
+            // Sent under the level before a cut, by a caller that had not yet heard of it.
+            Decision::Admit
         } else {
             Decision::Shed
         }
@@ -329,6 +342,15 @@ impl<C: Clock> AdmissionEngine<C> {
         self.overloaded.load(Relaxed)
     }
 
+    /// Whether `p`, beyond the level, is still admitted by the grace after a cut behind
+    /// propagating callers (the level before the cut, for a few of their response
+    /// intervals).
+    #[inline]
+    pub fn in_cut_grace(&self, p: Priority) -> bool {
+        p.compound() <= self.grace_level.load(Relaxed)
+            && self.clock.now() < self.grace_until.load(Relaxed)
+    }
+
     /// Whether the level refuses a real share of what arrives here: more than 1 in 50 of
     /// the last window's arrivals lie beyond it. A level can be cut and refuse (next to)
     /// nothing: behind callers whose egress already refuses beyond it, everything that
@@ -411,7 +433,17 @@ impl<C: Clock> AdmissionEngine<C> {
             early: !due,
         };
         let zone = state.detector.observe(&summary);
-        let next = state.controller.next_level(self.level(), zone, &summary, &state.scratch);
+        let current = self.level();
+        let next = state.controller.next_level(current, zone, &summary, &state.scratch);
+        // Behind callers whose egress refuses beyond the advertised level (this level
+        // refused next to nothing), a cut reaches them with the next response: what they
+        // send until then was admissible when sent, and refusing it here would waste the
+        // work they did for it. The old level holds for a short grace. Not for the first
+        // cut from fully open (a lone sidecar's spike: its backlog must not grow).
+        if next < current && current != AdmissionLevel::FULLY_OPEN && !self.level_refuses() {
+            self.grace_level.store(current.compound(), Relaxed);
+            self.grace_until.store(now.saturating_add(CUT_GRACE_NS), Relaxed);
+        }
         self.level.store(next.compound(), Relaxed);
         let would_refuse: u64 =
             state.scratch[next.compound() as usize + 1..].iter().map(|&n| u64::from(n)).sum();

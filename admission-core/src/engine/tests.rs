@@ -178,3 +178,42 @@ fn the_level_refuses_only_while_arrivals_lie_beyond_it() {
     assert_ne!(e.level(), AdmissionLevel::FULLY_OPEN, "dagor holds between the thresholds");
     assert!(!e.level_refuses(), "level {} refuses nothing that arrives", e.level());
 }
+
+#[test]
+fn a_cut_behind_propagating_callers_honours_the_old_level_briefly() {
+    let e = engine(Law::Dagor, Mode::Enforce);
+    for _ in 0..10 {
+        run_window(&e, 1280, 427, 100);
+    }
+    // Callers now send only what the level admits: it refuses nothing that arrives.
+    let censored = |e: &AdmissionEngine<ManualClock>, wait_ms: u64| {
+        let cut = e.level().priority().user;
+        for i in 0..1000u32 {
+            e.admit(user((i % (u32::from(cut) + 1)) as u8));
+        }
+        for _ in 0..400 {
+            e.record_queuing(Duration::from_millis(wait_ms));
+        }
+        e.clock().advance(Duration::from_secs(1));
+        e.tick();
+    };
+    censored(&e, 15);
+    assert!(!e.level_refuses());
+    let before = e.level();
+    // Overloaded again: the level cuts...
+    censored(&e, 100);
+    let after = e.level();
+    assert!(after < before, "cut from {before} to {after}");
+    // ...yet what the callers sent under the old level before they heard is admitted for
+    // the grace, and refused after it.
+    let between = user(before.priority().user);
+    assert!(between.compound() > after.compound());
+    assert_eq!(e.admit(between), Decision::Admit);
+    e.clock().advance(Duration::from_millis(30));
+    assert_eq!(e.admit(between), Decision::Shed);
+    // A lone sidecar's first cut from fully open gets no grace.
+    let lone = engine(Law::Dagor, Mode::Enforce);
+    run_window(&lone, 1280, 427, 100);
+    assert_ne!(lone.level(), AdmissionLevel::FULLY_OPEN);
+    assert_eq!(lone.admit(user(127)), Decision::Shed);
+}
