@@ -46,6 +46,62 @@ pub fn loadavg() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The options every runner takes.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunnerArgs {
+    /// Seed of the load's arrivals, users and classes (the same for every contender).
+    #[arg(long, default_value_t = 7)]
+    pub seed: u64,
+    /// The `weir` binary [default: target/release/weir next to this program].
+    #[arg(long)]
+    pub weir_bin: Option<PathBuf>,
+    /// Where JSON, markdown and SVGs go [default: the runner's folder in tests/bench/out].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+impl RunnerArgs {
+    /// `--weir-bin`, else [`default_weir_bin`]; an error that says how to build it when it
+    /// is missing.
+    pub fn weir_bin(&self, workspace: &Path) -> anyhow::Result<PathBuf> {
+        let bin = self.weir_bin.clone().unwrap_or_else(|| default_weir_bin(workspace));
+        anyhow::ensure!(
+            bin.is_file(),
+            "{} not found (build it: `cargo build --release -p proxy --bin weir`, or pass --weir-bin)",
+            bin.display()
+        );
+        Ok(bin)
+    }
+
+    /// `--out`, else `default` (created either way).
+    pub fn out_dir(&self, default: PathBuf) -> anyhow::Result<PathBuf> {
+        let out = self.out.clone().unwrap_or(default);
+        std::fs::create_dir_all(&out)?;
+        Ok(out)
+    }
+}
+
+/// The line a report ends with: how long the run took and the command that ran it.
+pub fn run_footer(started: std::time::Instant) -> String {
+    format!(
+        "Run took {:.0} s: `{}`\n",
+        started.elapsed().as_secs_f64(),
+        std::env::args().collect::<Vec<_>>().join(" ")
+    )
+}
+
+/// Writes `<name>.json` and `<name>.md` into `out`.
+pub fn write_report(
+    out: &Path,
+    name: &str,
+    json: &serde_json::Value,
+    markdown: &str,
+) -> anyhow::Result<()> {
+    std::fs::write(out.join(format!("{name}.json")), serde_json::to_vec_pretty(json)?)?;
+    std::fs::write(out.join(format!("{name}.md")), markdown)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -320,6 +320,24 @@ impl Pending {
 
 // === run ===
 
+/// A waiter refused while it waits (its budget gone, or evicted by the max wait): a queuing
+/// sample that never reached the app.
+fn refuse_waiter(
+    engine: &AdmissionEngine<ManualClock>,
+    w: &mut WindowReport,
+    ends: &mut [Option<End>],
+    id: u64,
+    waited: u64,
+    now: u64,
+) {
+    engine.record_queuing(Duration::from_nanos(waited));
+    engine.record_gate_drop();
+    w.queuing_sum_ns += waited;
+    w.queuing_count += 1;
+    w.gate_dropped += 1;
+    ends[id as usize] = Some(End::Refused(now));
+}
+
 pub fn run(cfg: &SimConfig) -> Summary {
     let clock = ManualClock::new();
     let engine = AdmissionEngine::new(&cfg.engine, clock.clone());
@@ -483,14 +501,14 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 let cut_class = Priority { business: engine.level().priority().business, user: 0 };
                 let bound = compound.max(cut_class.compound().saturating_sub(1));
                 while let Some((evicted, e)) = pending.pop_less_important_than(bound) {
-                    let waited = now - e.arrival;
-                    engine.record_queuing(Duration::from_nanos(waited));
-                    engine.record_gate_drop();
-                    let w = &mut windows[second];
-                    w.queuing_sum_ns += waited;
-                    w.queuing_count += 1;
-                    w.gate_dropped += 1;
-                    ends[evicted as usize] = Some(End::Refused(now));
+                    refuse_waiter(
+                        &engine,
+                        &mut windows[second],
+                        &mut ends,
+                        evicted,
+                        now - e.arrival,
+                        now,
+                    );
                 }
             }
             let rate =
@@ -520,14 +538,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
             }
             if let Some(r) = pending.remove((compound, id)) {
                 // Budget gone while waiting: refused now, before the client's timeout.
-                let waited = now - r.arrival;
-                engine.record_queuing(Duration::from_nanos(waited));
-                engine.record_gate_drop();
-                let w = &mut windows[second];
-                w.queuing_sum_ns += waited;
-                w.queuing_count += 1;
-                w.gate_dropped += 1;
-                ends[id as usize] = Some(End::Refused(now));
+                refuse_waiter(&engine, &mut windows[second], &mut ends, id, now - r.arrival, now);
             }
         } else {
             next_tick += tick_ns;

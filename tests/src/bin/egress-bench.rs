@@ -5,7 +5,9 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_harness::bench_cli::{default_weir_bin, loadavg, parse_app, parse_mix};
+use weir_harness::bench_cli::{
+    loadavg, parse_app, parse_mix, run_footer, write_report, RunnerArgs,
+};
 use weir_harness::egress_bench::{self, EgressBenchConfig, Suite};
 use weir_harness::report::Machine;
 
@@ -29,25 +31,14 @@ struct Args {
     /// Class mix critical/normal/background in percent.
     #[arg(long, default_value = "10/30/60")]
     mix: String,
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
-    /// The `weir` binary [default: target/release/weir next to this program].
-    #[arg(long)]
-    weir_bin: Option<PathBuf>,
-    /// Where JSON, markdown and SVGs go [default: tests/bench/out/egress in the workspace].
-    #[arg(long)]
-    out: Option<PathBuf>,
+    #[command(flatten)]
+    runner: RunnerArgs,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| default_weir_bin(&workspace));
-    anyhow::ensure!(
-        weir_bin.is_file(),
-        "{} not found (build it: `cargo build --release -p proxy --bin weir`, or pass --weir-bin)",
-        weir_bin.display()
-    );
+    let weir_bin = args.runner.weir_bin(&workspace)?;
     let app_b = parse_app(&args.app_b)?;
     anyhow::ensure!(!app_b.service_time.is_zero(), "app B needs a service time");
     let s = Duration::from_secs;
@@ -66,7 +57,7 @@ fn main() -> anyhow::Result<()> {
         expiry_load: 0.6,
         slowdown: 3,
         mix: parse_mix(&args.mix)?,
-        seed: args.seed,
+        seed: args.runner.seed,
         weir_bin,
     };
     let runtime =
@@ -76,19 +67,16 @@ fn main() -> anyhow::Result<()> {
     let result = runtime.block_on(egress_bench::run(config, |line| eprintln!("{line}")))?;
     let machine = Machine::probe();
     let markdown = format!(
-        "{}- load average before / after: {} / {}\n\n{}\nRun took {:.0} s: `{}`\n",
+        "{}- load average before / after: {} / {}\n\n{}\n{}",
         machine.markdown(),
         loadavg_before,
         loadavg(),
         egress_bench::markdown(&result),
-        started.elapsed().as_secs_f64(),
-        std::env::args().collect::<Vec<_>>().join(" ")
+        run_footer(started)
     );
-    let out = args.out.clone().unwrap_or_else(|| workspace.join("tests/bench/out/egress"));
-    std::fs::create_dir_all(&out)?;
+    let out = args.runner.out_dir(workspace.join("tests/bench/out/egress"))?;
     let json = serde_json::json!({ "machine": machine, "result": result });
-    std::fs::write(out.join("egress.json"), serde_json::to_vec_pretty(&json)?)?;
-    std::fs::write(out.join("egress.md"), &markdown)?;
+    write_report(&out, "egress", &json, &markdown)?;
     let plots = egress_bench::write_plots(&result, &out)?;
     println!("{markdown}");
     eprintln!("wrote {}/egress.{{json,md}} and {}", out.display(), plots.join(", "));

@@ -9,7 +9,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_harness::backend::BackendConfig;
+use weir_harness::bench_cli::{self, RunnerArgs};
 use weir_harness::fairness::{self, FairnessConfig, Schedule};
 use weir_harness::report::Machine;
 
@@ -42,41 +42,14 @@ struct Args {
     lead_in_secs: u64,
     #[arg(long, value_delimiter = ',', default_values = ["balanced", "independent"])]
     schedules: Vec<Schedule>,
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
-    /// The `weir` binary [default: target/release/weir next to this program].
-    #[arg(long)]
-    weir_bin: Option<PathBuf>,
-    /// Where JSON, markdown and the SVG go [default: tests/bench/out/fairness].
-    #[arg(long)]
-    out: Option<PathBuf>,
-}
-
-fn parse_app(text: &str) -> anyhow::Result<BackendConfig> {
-    let (workers, ms) = text
-        .split_once('x')
-        .ok_or_else(|| anyhow::anyhow!("app `{text}`: expected WORKERSxMS, e.g. 4x20"))?;
-    Ok(BackendConfig::new(
-        workers.trim().parse()?,
-        Duration::from_secs_f64(ms.trim().parse::<f64>()? / 1000.0),
-    ))
+    #[command(flatten)]
+    runner: RunnerArgs,
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| {
-        std::env::current_exe()
-            .ok()
-            .and_then(|exe| exe.parent().map(|d| d.join("weir")))
-            .filter(|p| p.is_file())
-            .unwrap_or_else(|| workspace.join("target/release/weir"))
-    });
-    anyhow::ensure!(
-        weir_bin.is_file(),
-        "{} not found (build it: `cargo build --release -p proxy --bin weir`, or pass --weir-bin)",
-        weir_bin.display()
-    );
+    let weir_bin = args.runner.weir_bin(&workspace)?;
     anyhow::ensure!(args.rekey_secs >= 1, "--rekey-secs must be at least 1");
     anyhow::ensure!(
         args.cycle_periods >= 1 && args.cycles >= 1,
@@ -84,7 +57,7 @@ fn main() -> anyhow::Result<()> {
     );
     let config = FairnessConfig {
         weir_bin,
-        app: parse_app(&args.app)?,
+        app: bench_cli::parse_app(&args.app)?,
         load: args.load,
         users: args.users,
         users_round_robin: !args.random_users,
@@ -94,7 +67,7 @@ fn main() -> anyhow::Result<()> {
         lead_in: Duration::from_secs(args.lead_in_secs),
         schedules: args.schedules.clone(),
         deadline: Duration::from_millis(500),
-        seed: args.seed,
+        seed: args.runner.seed,
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -102,17 +75,14 @@ fn main() -> anyhow::Result<()> {
     let result = runtime.block_on(fairness::run(config, |line| eprintln!("{line}")))?;
     let machine = Machine::probe();
     let markdown = format!(
-        "{}\n{}\nRun took {:.0} s: `{}`\n",
+        "{}\n{}\n{}",
         machine.markdown(),
         fairness::markdown(&result),
-        started.elapsed().as_secs_f64(),
-        std::env::args().collect::<Vec<_>>().join(" ")
+        bench_cli::run_footer(started)
     );
-    let out = args.out.clone().unwrap_or_else(|| workspace.join("tests/bench/out/fairness"));
-    std::fs::create_dir_all(&out)?;
+    let out = args.runner.out_dir(workspace.join("tests/bench/out/fairness"))?;
     let json = serde_json::json!({ "machine": machine, "result": result });
-    std::fs::write(out.join("fairness.json"), serde_json::to_vec_pretty(&json)?)?;
-    std::fs::write(out.join("fairness.md"), &markdown)?;
+    bench_cli::write_report(&out, "fairness", &json, &markdown)?;
     fairness::plot(&result, &out.join("fairness.svg"))?;
     println!("{markdown}");
     eprintln!("wrote {}/fairness.{{json,md,svg}}", out.display());

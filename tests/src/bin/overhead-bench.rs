@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use weir_harness::bench_cli;
 use weir_harness::contender::{self, Contender, Kind};
 use weir_harness::load::Protocol;
 use weir_harness::overhead::{self, ClientResult, Measurement, Workload};
@@ -73,7 +74,7 @@ fn main() -> anyhow::Result<()> {
         .map(|w| Workload::parse(w).map_err(anyhow::Error::msg))
         .collect::<anyhow::Result<Vec<_>>>()?;
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| default_weir_bin(&workspace));
+    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| bench_cli::default_weir_bin(&workspace));
     let out = args.out.clone().unwrap_or_else(|| workspace.join("tests/bench/out"));
     let seconds = args.seconds.unwrap_or(if args.quick { 3 } else { 10 });
     let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 3 });
@@ -186,12 +187,6 @@ fn main() -> anyhow::Result<()> {
     std::fs::write(out.join("overhead.md"), &markdown)?;
     println!("{markdown}");
     Ok(())
-}
-
-/// `weir` next to this binary (same cargo target directory), else `target/release/weir`.
-fn default_weir_bin(workspace: &Path) -> PathBuf {
-    let beside = std::env::current_exe().ok().and_then(|exe| Some(exe.parent()?.join("weir")));
-    beside.filter(|p| p.is_file()).unwrap_or_else(|| workspace.join("target/release/weir"))
 }
 
 async fn measure(

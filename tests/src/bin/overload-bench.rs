@@ -5,7 +5,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_harness::backend::BackendConfig;
+use weir_harness::bench_cli::{self, RunnerArgs};
 use weir_harness::contender::{self, Kind};
 use weir_harness::load::Protocol;
 use weir_harness::report::{self, Machine};
@@ -49,49 +49,18 @@ struct Args {
     /// Give weir a fixed `max_inflight` (default: none, weir finds the app's concurrency).
     #[arg(long)]
     weir_max_inflight: Option<usize>,
-    /// Seed of the load's arrivals, users and classes (the same for every contender).
-    #[arg(long, default_value_t = 7)]
-    seed: u64,
-    /// The `weir` binary [default: target/release/weir next to this program].
-    #[arg(long)]
-    weir_bin: Option<PathBuf>,
-    /// Where JSON, markdown and SVGs go [default: tests/bench/out in the workspace].
-    #[arg(long)]
-    out: Option<PathBuf>,
-}
-
-fn parse_app(text: &str) -> anyhow::Result<BackendConfig> {
-    let (workers, ms) = text
-        .split_once('x')
-        .ok_or_else(|| anyhow::anyhow!("app `{text}`: expected WORKERSxMS, e.g. 4x10"))?;
-    Ok(BackendConfig::new(
-        workers.trim().parse()?,
-        Duration::from_secs_f64(ms.trim().parse::<f64>()? / 1000.0),
-    ))
+    #[command(flatten)]
+    runner: RunnerArgs,
 }
 
 fn parse_mix(text: &str) -> anyhow::Result<Mix> {
-    let parts: Vec<f64> =
-        text.split('/').map(|p| p.trim().parse::<f64>()).collect::<Result<_, _>>()?;
-    let [c, n, b] = parts[..] else { anyhow::bail!("mix `{text}`: expected C/N/B, e.g. 10/30/60") };
-    let total = c + n + b;
-    anyhow::ensure!(total > 0.0, "mix `{text}` is empty");
-    Ok(Mix::new([c / total, n / total, b / total]))
-}
-
-/// The binary built next to this one (same profile), else the workspace's release build.
-fn default_weir_bin(workspace: &std::path::Path) -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.parent().map(|d| d.join("weir")))
-        .filter(|p| p.is_file())
-        .unwrap_or_else(|| workspace.join("target/release/weir"))
+    bench_cli::parse_mix(text).map(Mix::new)
 }
 
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
-    let weir_bin = args.weir_bin.clone().unwrap_or_else(|| default_weir_bin(&workspace));
+    let weir_bin = args.runner.weir_bin(&workspace)?;
     let mut contenders = args.contenders.clone();
     if contenders.contains(&Kind::Haproxy) {
         if let Err(e) = contender::require("haproxy") {
@@ -99,13 +68,8 @@ fn main() -> anyhow::Result<()> {
             contenders.retain(|k| *k != Kind::Haproxy);
         }
     }
-    if !weir_bin.is_file() {
-        anyhow::bail!(
-            "{} not found (build it: `cargo build --release -p proxy`, or pass --weir-bin)",
-            weir_bin.display()
-        );
-    }
-    let mut apps = args.apps.iter().map(|a| parse_app(a)).collect::<anyhow::Result<Vec<_>>>()?;
+    let mut apps =
+        args.apps.iter().map(|a| bench_cli::parse_app(a)).collect::<anyhow::Result<Vec<_>>>()?;
     let mut mixes = args.mixes.iter().map(|m| parse_mix(m)).collect::<anyhow::Result<Vec<_>>>()?;
     for app in &mut apps {
         app.busy_wait = args.busy_wait;
@@ -151,7 +115,7 @@ fn main() -> anyhow::Result<()> {
         contenders,
         protocol: args.protocol,
         deadline: Duration::from_millis(500),
-        seed: args.seed,
+        seed: args.runner.seed,
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
@@ -160,17 +124,14 @@ fn main() -> anyhow::Result<()> {
     let result = runtime.block_on(scenario::run(config, |line| eprintln!("{line}")))?;
     let machine = Machine::probe();
     let markdown = format!(
-        "{}- weir: {weir_version}\n\n{}\nRun took {:.0} s: `{}`\n",
+        "{}- weir: {weir_version}\n\n{}\n{}",
         machine.markdown(),
         report::overload_markdown(&result),
-        started.elapsed().as_secs_f64(),
-        std::env::args().collect::<Vec<_>>().join(" ")
+        bench_cli::run_footer(started)
     );
-    let out = args.out.clone().unwrap_or_else(|| workspace.join("tests/bench/out"));
-    std::fs::create_dir_all(&out)?;
+    let out = args.runner.out_dir(workspace.join("tests/bench/out"))?;
     let json = serde_json::json!({ "machine": machine, "weir": weir_version, "result": result });
-    std::fs::write(out.join("overload.json"), serde_json::to_vec_pretty(&json)?)?;
-    std::fs::write(out.join("overload.md"), &markdown)?;
+    bench_cli::write_report(&out, "overload", &json, &markdown)?;
     let plots = weir_harness::plot::write_all(&result, &out)?;
     println!("{markdown}");
     eprintln!("wrote {}/overload.{{json,md}} and {}", out.display(), plots.join(", "));
