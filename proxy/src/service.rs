@@ -369,7 +369,8 @@ impl Inbound {
     /// Resolves when a waiter has waited out `overload_max_wait` under overload
     /// ([`Verdict::WaitedOut`], asked while it waits rather than when it reaches the head,
     /// so the admitted tail stays near the max wait). The less important waiters behind it
-    /// are evicted first. Until it resolves it asks again every eighth of the max wait.
+    /// are evicted first. Until it resolves it asks again every eighth of the max wait
+    /// while the level refuses, every max wait otherwise.
     async fn waited_out(&self, arrival: Instant, priority: Priority) {
         if self.overload_max_wait.is_zero() || self.shadow() {
             return std::future::pending().await;
@@ -416,7 +417,10 @@ impl Inbound {
             if deadline_gate(Stage::Waiting, &check) == Verdict::WaitedOut {
                 return;
             }
-            at = now + recheck;
+            // Often while the level refuses (the tail bound depends on it), seldom while it
+            // does not (a stalled app with an open level keeps up to `max_queued` waiters for
+            // their budgets: their timers must not cost more than a few wake-ups each).
+            at = now + if overloaded { recheck } else { self.overload_max_wait };
         }
     }
 
