@@ -224,15 +224,24 @@ impl Inbound {
                 } else {
                     self.give_up_at(arrival, deadline)
                 };
-                let give_up = tokio::time::sleep_until(give_up.into());
+                // Set by whichever of the sidecar's own refusals ends the wait (the queue's
+                // accounting then does not count it as a caller who left).
+                let refused = AtomicBool::new(false);
+                let give_up = async {
+                    tokio::time::sleep_until(give_up.into()).await;
+                    refused.store(true, Relaxed);
+                };
+                let waited_out = async {
+                    self.waited_out(arrival, priority).await;
+                    refused.store(true, Relaxed);
+                };
                 // HTTP/1.1: read the body ahead while queued, or a caller who leaves is not
                 // seen leaving (h2 callers reset the stream, which drops this future).
                 let watch_body = parts.version < http::Version::HTTP_2 && !body.is_end_stream();
-                let waited_out = self.waited_out(arrival, priority);
                 let waited = if watch_body {
                     tokio::select! {
                         biased;
-                        waited = self.wait_for_slot(conn, priority) => waited,
+                        waited = self.wait_for_slot(conn, priority, &refused) => waited,
                         () = body.caller_gone() => return self.error(StatusCode::BAD_REQUEST, grpc),
                         () = give_up => return self.refuse(grpc, ShedReason::Deadline, priority),
                         () = waited_out => return self.refuse(grpc, ShedReason::Overload, priority),
@@ -240,7 +249,7 @@ impl Inbound {
                 } else {
                     tokio::select! {
                         biased;
-                        waited = self.wait_for_slot(conn, priority) => waited,
+                        waited = self.wait_for_slot(conn, priority, &refused) => waited,
                         () = give_up => return self.refuse(grpc, ShedReason::Deadline, priority),
                         () = waited_out => return self.refuse(grpc, ShedReason::Overload, priority),
                     }

@@ -50,6 +50,11 @@ async fn a_stalled_app_answers_queued_requests_by_their_deadline() {
         // busy machine: the stall itself lasts until the end of this test).
         assert!(took < Duration::from_millis(300 + 700), "answered after {took:?}");
     }
+    // Refused by the sidecar while queued, not callers who left. (The counter is
+    // process-wide; no other test of this binary abandons a waiter.)
+    let text = support::metrics_text(weir.admin_addr()).await;
+    let abandoned = support::sample(&text, "weir_queue_abandoned_total{role=\"inbound\"}");
+    assert!(abandoned < 4.0, "the 4 refusals counted as {abandoned} abandoned");
     // Nothing left the queue for the app, yet the sidecar sees the stall: waiters aged
     // past the threshold count in the window.
     let more: Vec<_> = (0..3)

@@ -2,7 +2,7 @@
 //! accounting of every way a wait can end (granted, refused, evicted, or the caller leaving,
 //! which drops the future).
 
-use std::sync::atomic::Ordering::*;
+use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::time::{Duration, Instant};
 
 use admission_core::Priority;
@@ -14,6 +14,9 @@ use crate::inflight::{NoSlot, Slot};
 struct Waiting<'a> {
     inbound: &'a Inbound,
     conn: &'a ConnState,
+    /// Set when the sidecar itself refused the waiter (its budget ran out, or the max wait)
+    /// and dropped this future: not a caller who left.
+    refused: &'a AtomicBool,
     since: Instant,
     /// How the wait ended; `None` = the caller left (the future was dropped).
     ended: Option<Ended>,
@@ -34,9 +37,11 @@ impl Inbound {
         &self,
         conn: &ConnState,
         priority: Priority,
+        refused: &AtomicBool,
     ) -> Result<(Slot, bool), ()> {
         let share_used = conn.queued.fetch_add(1, AcqRel) >= self.max_queued_per_connection;
-        let mut waiting = Waiting { inbound: self, conn, since: Instant::now(), ended: None };
+        let mut waiting =
+            Waiting { inbound: self, conn, refused, since: Instant::now(), ended: None };
         if share_used && !self.shadow() {
             waiting.ended = Some(Ended::QueueFull);
             return Err(());
@@ -84,7 +89,9 @@ impl Drop for Waiting<'_> {
             Some(Ended::Evicted) => engine.record_gate_drop(),
             None => {
                 engine.record_gate_drop();
-                self.inbound.metrics.queue_abandoned.increment(1);
+                if !self.refused.load(Relaxed) {
+                    self.inbound.metrics.queue_abandoned.increment(1);
+                }
             }
         }
     }
