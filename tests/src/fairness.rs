@@ -475,19 +475,12 @@ pub fn plot(r: &FairnessResult, path: &Path) -> anyhow::Result<()> {
     let root = SVGBackend::new(path, (1200, 480)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(&e))?;
     let panels = root.split_evenly((1, 2));
-    let mut ratios = plotters::chart::ChartBuilder::on(&panels[0])
-        .caption("per-user success ratio, sorted", ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(45)
-        .build_cartesian_2d(0f64..100f64, 0f64..100f64)
-        .map_err(|e| err(&e))?;
-    ratios
-        .configure_mesh()
-        .x_desc("users (percentile)")
-        .y_desc("success %")
-        .draw()
-        .map_err(|e| err(&e))?;
+    let mut ratios = crate::plot::panel_chart(
+        &panels[0],
+        "per-user success ratio, sorted",
+        ("users (percentile)", 0f64..100f64),
+        ("success %", 0f64..100f64),
+    )?;
     for (i, run) in r.runs.iter().enumerate() {
         let color = colors[i % colors.len()];
         let mut sorted = run.user_success.clone();
@@ -503,13 +496,7 @@ pub fn plot(r: &FairnessResult, path: &Path) -> anyhow::Result<()> {
             run.schedule.label(),
             run.spread.max_abs_dev_pp
         );
-        ratios
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(label)
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        crate::plot::line(&mut ratios, points, &label, color)?;
         let mean = run.spread.mean_pct;
         for band in [mean - 5.0, mean + 5.0] {
             ratios
@@ -522,46 +509,21 @@ pub fn plot(r: &FairnessResult, path: &Path) -> anyhow::Result<()> {
                 .map_err(|e| err(&e))?;
         }
     }
-    ratios
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperLeft)
-        .draw()
-        .map_err(|e| err(&e))?;
+    crate::plot::legend(&mut ratios, SeriesLabelPosition::UpperLeft)?;
     let periods = r.runs.iter().map(|run| run.periods).max().unwrap_or(1) as f64;
-    let mut overlap = plotters::chart::ChartBuilder::on(&panels[1])
-        .caption("refused set overlap at each re-key (Jaccard)", ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(45)
-        .build_cartesian_2d(0f64..periods, 0f64..1.05f64)
-        .map_err(|e| err(&e))?;
-    overlap
-        .configure_mesh()
-        .x_desc("period")
-        .y_desc("|before ∩ after| / |before ∪ after|")
-        .draw()
-        .map_err(|e| err(&e))?;
+    let mut overlap = crate::plot::panel_chart(
+        &panels[1],
+        "refused set overlap at each re-key (Jaccard)",
+        ("period", 0f64..periods),
+        ("|before ∩ after| / |before ∪ after|", 0f64..1.05f64),
+    )?;
     for (i, run) in r.runs.iter().enumerate() {
         let color = colors[i % colors.len()];
         let points: Vec<(f64, f64)> =
             run.boundaries.iter().map(|b| (f64::from(b.period), b.jaccard)).collect();
-        overlap
-            .draw_series(LineSeries::new(points, color.stroke_width(2)))
-            .map_err(|e| err(&e))?
-            .label(run.schedule.label())
-            .legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2))
-            });
+        crate::plot::line(&mut overlap, points, run.schedule.label(), color)?;
     }
-    overlap
-        .configure_series_labels()
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .position(SeriesLabelPosition::UpperRight)
-        .draw()
-        .map_err(|e| err(&e))?;
+    crate::plot::legend(&mut overlap, SeriesLabelPosition::UpperRight)?;
     root.present().map_err(|e| err(&e))?;
     Ok(())
 }

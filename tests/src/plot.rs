@@ -8,7 +8,8 @@ use std::path::Path;
 use crate::scenario::{BenchResult, StepResult, TimelineBucket, LEVEL_ALL_OPEN};
 
 pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
-type Chart<'a, 'b> = ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
+pub(crate) type Chart<'a, 'b> =
+    ChartContext<'a, SVGBackend<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 const COLORS: [RGBColor; 10] = [
     RGBColor(31, 119, 180),
@@ -44,7 +45,7 @@ fn contenders(r: &BenchResult) -> Vec<String> {
 }
 
 /// One labelled line in `color`, with its legend entry.
-fn line(
+pub(crate) fn line(
     chart: &mut Chart<'_, '_>,
     points: Vec<(f64, f64)>,
     label: &str,
@@ -59,7 +60,7 @@ fn line(
 }
 
 /// The legend box every plot uses.
-fn legend<'a, 'b: 'a>(
+pub(crate) fn legend<'a, 'b: 'a>(
     chart: &mut Chart<'a, 'b>,
     position: SeriesLabelPosition,
 ) -> anyhow::Result<()> {
@@ -271,6 +272,25 @@ fn step_plot(step: &StepResult, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A captioned chart on `panel` with its mesh and axis names: the frame every panel of the
+/// benchmarks' plots shares.
+pub(crate) fn panel_chart<'a, 'b>(
+    panel: &'a Area<'b>,
+    caption: &str,
+    (x_desc, x): (&str, std::ops::Range<f64>),
+    (y_desc, y): (&str, std::ops::Range<f64>),
+) -> anyhow::Result<Chart<'a, 'b>> {
+    let mut chart = ChartBuilder::on(panel)
+        .caption(caption, ("sans-serif", 18))
+        .margin(10)
+        .x_label_area_size(35)
+        .y_label_area_size(60)
+        .build_cartesian_2d(x, y)
+        .map_err(err)?;
+    chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(err)?;
+    Ok(chart)
+}
+
 /// One panel of lines over time (seconds), shared by the benchmarks' timeline plots.
 pub(crate) fn time_panel(
     panel: &Area<'_>,
@@ -280,14 +300,7 @@ pub(crate) fn time_panel(
     y_max: f64,
     lines: Vec<(String, Vec<(f64, f64)>)>,
 ) -> anyhow::Result<()> {
-    let mut chart = ChartBuilder::on(panel)
-        .caption(caption, ("sans-serif", 18))
-        .margin(10)
-        .x_label_area_size(35)
-        .y_label_area_size(60)
-        .build_cartesian_2d(0f64..t_max, 0f64..y_max)
-        .map_err(err)?;
-    chart.configure_mesh().x_desc("seconds").y_desc(y_desc).draw().map_err(err)?;
+    let mut chart = panel_chart(panel, caption, ("seconds", 0f64..t_max), (y_desc, 0f64..y_max))?;
     for (i, (name, points)) in lines.into_iter().enumerate() {
         line(&mut chart, points, &name, color(i))?;
     }
