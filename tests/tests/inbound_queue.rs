@@ -318,10 +318,12 @@ async fn one_h2_connection_can_queue_more_than_a_hundred_requests() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn callers_who_hang_up_hold_slots_for_the_apps_time_not_their_own() {
-    // The app answers /slow in 100 ms whatever its caller does. Four callers upload their
-    // bodies slowly (1.5 s each): the app's time must not include that. Then four callers
-    // hang up while the app works on their requests: the slots they leave are held for the
-    // rest of the app's time (~100 ms), never for the callers' own slow I/O (seconds).
+    // The app answers /slow in 100 ms whatever its caller does. Four callers start slow
+    // uploads (a byte every 100 ms); the app answers before they end, weir passes the answer
+    // on and the rest of the upload is cut off, so the estimate must read the app's 100 ms,
+    // not the callers' pace. Then four callers hang up while the app works on their
+    // requests: the slots they leave are held for the rest of the app's time (~100 ms),
+    // not longer (a slot held for the task timeout, 5 s, fails the last assertion).
     const SERVICE: Duration = Duration::from_millis(100);
     const UPLOAD: Duration = Duration::from_millis(1_500);
     let app = Backend::start().await;
