@@ -537,7 +537,7 @@ async fn idle_connections_from_one_host_never_block_reviews() {
 
 /// 1,100 idle connections from 20 hosts (55 each, under the per-peer limit) do fill every
 /// slot: then it is the handshake timeout (2 s, was 10 s) that bounds how long the API
-/// server is locked out.
+/// server is locked out, under its own 5 s wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_from_many_hosts_lock_reviews_out_for_the_handshake_timeout_only() {
     let pki = Pki::new("weir test ca");
@@ -561,10 +561,9 @@ async fn idle_connections_from_many_hosts_lock_reviews_out_for_the_handshake_tim
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
     );
     assert!(served, "never served");
-    assert!(
-        locked_out < limits.handshake_timeout + Duration::from_secs(3),
-        "locked out for {locked_out:?}"
-    );
+    // Within the API server's own wait for a review (timeoutSeconds, 5 s in the chart): a
+    // review sent as the flood starts could still succeed on its retry.
+    assert!(locked_out < Duration::from_secs(5), "locked out for {locked_out:?}");
     server.shutdown().await.unwrap();
 }
 
