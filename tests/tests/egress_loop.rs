@@ -160,7 +160,10 @@ impl Attack {
                 let mut conn = RawConn::connect(egress).await;
                 conn.send(request.as_bytes()).await;
                 let resp = conn.response(ATTACK_ANSWER).await?;
-                resp.level();
+                if resp.header("x-admission-level").is_none() {
+                    // Weir's own answers carry its level: this one came from past it.
+                    return Err(format!("{} from behind weir (no x-admission-level)", resp.status));
+                }
                 Ok(resp.status)
             }
             Attack::H2 { uri, .. } => {
