@@ -12,6 +12,10 @@ use control_api::StatusDoc;
 use support::backend::Backend;
 use support::client::{bytes_body, Http1};
 
+/// The tests that load the CPU or measure it take turns: one test's table parses would
+/// otherwise show up in another's CPU figures (they share the process).
+static CPU_HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// 60 rules of 1,000 header matches each, every rule reachable (~480 KiB).
 fn big_valid_table() -> String {
     let mut yaml = String::from("rules:\n");
@@ -33,6 +37,7 @@ async fn status(admin: std::net::SocketAddr) -> StatusDoc {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_table_bodies_stall_nothing() {
+    let _turn = CPU_HEAVY.lock().await;
     let app = Backend::start().await;
     let weir = support::sidecar(app.addr, |c| {
         c.admission.window = Duration::from_millis(200);
@@ -179,6 +184,7 @@ async fn put_table(admin: std::net::SocketAddr, token: &str, yaml: String) -> (u
 /// validate flood made 31 of 32 writes 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_validate_flood_never_locks_out_authenticated_writes() {
+    let _turn = CPU_HEAVY.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
     std::fs::write(&token_file, "operator-token\n").unwrap();
@@ -310,6 +316,7 @@ async fn served_for(
 /// core; `/dev/zero`: 3.3 GB in 5 s), and a FIFO blocked the watcher for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_table_file_costs_a_stat_per_poll() {
+    let _turn = CPU_HEAVY.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good.yaml");
     std::fs::write(&good, small_table(1)).unwrap();
