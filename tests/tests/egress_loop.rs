@@ -366,6 +366,19 @@ async fn requests_addressed_to_weir_itself_are_refused_and_cost_nothing() {
     run.report("self-addressed");
     run.check();
     assert!(rejected(weir.admin, "own_listener").await >= 7.0);
+    // A gRPC caller gets a trailers-only answer it understands: FAILED_PRECONDITION (9).
+    let mut grpc = h2_connect(e, |_| {}).await;
+    let req = http::Request::post(format!("http://{e}/pkg.Svc/Loop"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (resp, _) = grpc.send_request(req, true).unwrap();
+    let resp = tokio::time::timeout(ATTACK_ANSWER, resp).await.unwrap().unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["grpc-status"], "9", "{:?}", resp.headers());
+    let message = resp.headers()["grpc-message"].to_str().unwrap();
+    assert!(message.contains("forwarding loop"), "{message}");
     assert!(downstream.seen_path("/loop").is_empty() && app.seen_path("/loop").is_empty());
     // A well-behaved request carries the egress's Via entry.
     let seen = downstream.seen_path("/ok");
