@@ -46,7 +46,8 @@ impl ControlPlane {
         };
         result.unwrap_or_else(|e| {
             // Busy is back-pressure working as intended, not a failure to page about.
-            if e.status().is_server_error() && !matches!(e, ControlError::Busy(_)) {
+            let busy = matches!(e, ControlError::Busy(_) | ControlError::WriteBusy(_));
+            if e.status().is_server_error() && !busy {
                 tracing::error!(%method, path, error = %e, "admin request failed");
             } else {
                 tracing::debug!(%method, path, error = %e, "admin request refused");
@@ -74,6 +75,7 @@ impl ControlPlane {
             counters: &counters,
             last_minute: &audit.last_1m,
             table_file_rejections: self.table_file_rejections.load(Ordering::Relaxed),
+            table_file_unreadable: self.table_file_unreadable.load(Ordering::Relaxed),
         });
         body_response(StatusCode::OK, "text/plain; version=0.0.4", text)
     }

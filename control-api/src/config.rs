@@ -41,8 +41,9 @@ pub struct AdminConfig {
     #[serde(with = "humantime_serde")]
     pub audit_sample_interval: Duration,
     pub timeouts: AdminTimeouts,
-    /// Table parses and validations running at once (each on the blocking pool, off the
-    /// thread that answers probes); more are answered 503 at once.
+    /// Unauthenticated table validations running at once (each on the blocking pool, off
+    /// the thread that answers probes); more are answered 503 at once. Authenticated writes
+    /// do not share these: they have a permit of their own (see `timeouts.write_wait`).
     pub max_concurrent_table_checks: usize,
 }
 
@@ -56,11 +57,20 @@ pub struct AdminTimeouts {
     /// Longest a request body may take to arrive in full.
     #[serde(with = "humantime_serde")]
     pub body_read: Duration,
+    /// Longest an authenticated table write waits for the one before it to finish. Writes
+    /// run one at a time on a permit of their own, which unauthenticated validations never
+    /// take; past this the write is answered 503.
+    #[serde(with = "humantime_serde")]
+    pub write_wait: Duration,
 }
 
 impl Default for AdminTimeouts {
     fn default() -> Self {
-        AdminTimeouts { header_read: Duration::from_secs(10), body_read: Duration::from_secs(10) }
+        AdminTimeouts {
+            header_read: Duration::from_secs(10),
+            body_read: Duration::from_secs(10),
+            write_wait: Duration::from_secs(5),
+        }
     }
 }
 
@@ -107,6 +117,7 @@ impl AdminConfig {
         for (field, d) in [
             ("timeouts.header_read", self.timeouts.header_read),
             ("timeouts.body_read", self.timeouts.body_read),
+            ("timeouts.write_wait", self.timeouts.write_wait),
         ] {
             if d < Duration::from_millis(10) || d > Duration::from_secs(300) {
                 return bad(field, "must be within 10ms..=5m");

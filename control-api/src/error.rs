@@ -41,6 +41,9 @@ pub enum ControlError {
     /// Too many table checks at once; try again shortly.
     #[error("busy: {0} table checks are already running; retry shortly")]
     Busy(usize),
+    /// Another table write held the write permit for all of `admin.timeouts.write_wait`.
+    #[error("busy: another table write is still running after admin.timeouts.write_wait ({0}); retry shortly")]
+    WriteBusy(String),
     /// A client too slow to send its request.
     #[error("{0}")]
     Timeout(String),
@@ -68,7 +71,7 @@ impl ControlError {
             ControlError::PreconditionRequired => StatusCode::PRECONDITION_REQUIRED,
             ControlError::PreconditionFailed { .. } => StatusCode::PRECONDITION_FAILED,
             ControlError::BadRequest(_) | ControlError::InvalidTable(_) => StatusCode::BAD_REQUEST,
-            ControlError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ControlError::Busy(_) | ControlError::WriteBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ControlError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ControlError::Persist { .. }
             | ControlError::Io { .. }
@@ -102,7 +105,7 @@ impl ControlError {
             ControlError::MethodNotAllowed { allow } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
-            ControlError::Busy(_) => {
+            ControlError::Busy(_) | ControlError::WriteBusy(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ControlError::PreconditionFailed { current, .. } => {

@@ -20,6 +20,7 @@ pub struct Scrape<'a> {
     pub counters: &'a AuditSnapshot,
     pub last_minute: &'a WindowReport,
     pub table_file_rejections: u64,
+    pub table_file_unreadable: u64,
 }
 
 /// Prometheus text exposition format.
@@ -75,6 +76,14 @@ pub fn render(s: &Scrape<'_>) -> String {
          # TYPE weir_priority_table_file_rejected_total counter\n\
          weir_priority_table_file_rejected_total {}",
         s.table_file_rejections
+    );
+    let _ = writeln!(
+        out,
+        "# HELP weir_priority_table_file_unreadable_total Table-file polls that could not read it \
+         as a document (missing, not a regular file, over 1 MiB, I/O error).\n\
+         # TYPE weir_priority_table_file_unreadable_total counter\n\
+         weir_priority_table_file_unreadable_total {}",
+        s.table_file_unreadable
     );
     // The egress role counts into the same family through the recorder (its series come
     // first, then these): one HELP/TYPE for the family, or the exposition is invalid.

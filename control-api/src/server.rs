@@ -31,11 +31,17 @@ pub struct ControlPlane {
     applied_file_digest: Mutex<Option<u64>>,
     /// Table-file contents that failed to parse or validate (exported as a metric).
     pub(crate) table_file_rejections: AtomicU64,
+    /// Polls of the table file that could not read it as a document: missing, not a
+    /// regular file, too large, an I/O error (exported as a metric).
+    pub(crate) table_file_unreadable: AtomicU64,
     background_started: AtomicBool,
     stop_background: watch::Sender<bool>,
-    /// Permits for table parses and validations on the blocking pool (see
+    /// Permits for unauthenticated table validations on the blocking pool (see
     /// [`ControlPlane::check_table`]).
     table_checks: Arc<Semaphore>,
+    /// The one permit of authenticated table writes (see [`ControlPlane::write_table`]):
+    /// a flood of validations cannot lock the operator out.
+    table_writes: Arc<Semaphore>,
 }
 
 /// `GET /v1/audit`.
@@ -66,8 +72,11 @@ impl ControlPlane {
             })?;
         }
         let cfg_checks = cfg.max_concurrent_table_checks;
-        let applied =
-            cfg.table_file.as_deref().and_then(|p| std::fs::read(p).ok()).map(|b| digest(&b));
+        let applied = cfg
+            .table_file
+            .as_deref()
+            .and_then(|p| crate::source::read_table_bytes(p).ok())
+            .map(|b| digest(&b));
         Ok(Arc::new(ControlPlane {
             history: AuditHistory::new(cfg.audit_sample_interval, Instant::now()),
             state: cfg.state_path.as_ref().map(StateFile::new),
@@ -78,9 +87,11 @@ impl ControlPlane {
             metrics,
             applied_file_digest: Mutex::new(applied),
             table_file_rejections: AtomicU64::new(0),
+            table_file_unreadable: AtomicU64::new(0),
             background_started: AtomicBool::new(false),
             stop_background: watch::channel(false).0,
             table_checks: Arc::new(Semaphore::new(cfg_checks)),
+            table_writes: Arc::new(Semaphore::new(1)),
         }))
     }
 
@@ -126,10 +137,10 @@ impl ControlPlane {
         }
     }
 
-    /// Runs `job` (a table parse, validation or commit) on the blocking pool, so the admin
-    /// runtime keeps answering probes and metrics whatever the body costs. At most
-    /// `max_concurrent_table_checks` run at once; past that the caller gets 503 at once
-    /// instead of a queue an attacker could fill.
+    /// Runs `job` (an unauthenticated table parse and validation) on the blocking pool, so
+    /// the admin runtime keeps answering probes and metrics whatever the body costs. At
+    /// most `max_concurrent_table_checks` run at once; past that the caller gets 503 at
+    /// once instead of a queue an attacker could fill.
     pub(crate) async fn check_table<T: Send + 'static>(
         self: &Arc<Self>,
         job: impl FnOnce(&ControlPlane) -> Result<T, ControlError> + Send + 'static,
@@ -139,6 +150,34 @@ impl ControlPlane {
             .clone()
             .try_acquire_owned()
             .map_err(|_| ControlError::Busy(self.cfg.max_concurrent_table_checks))?;
+        self.run_blocking(permit, job).await
+    }
+
+    /// Runs an authenticated table write (parse, validate, persist, swap) on the blocking
+    /// pool with the write permit, which no validation takes: whatever unauthenticated
+    /// callers send, a write waits at most for the write before it, and at most
+    /// `timeouts.write_wait` (then 503).
+    pub(crate) async fn write_table<T: Send + 'static>(
+        self: &Arc<Self>,
+        job: impl FnOnce(&ControlPlane) -> Result<T, ControlError> + Send + 'static,
+    ) -> Result<T, ControlError> {
+        let wait = self.cfg.timeouts.write_wait;
+        let permit = tokio::time::timeout(wait, self.table_writes.clone().acquire_owned())
+            .await
+            .map_err(|_| {
+                ControlError::WriteBusy(
+                    humantime_serde::re::humantime::format_duration(wait).to_string(),
+                )
+            })?
+            .map_err(|e| ControlError::Internal(format!("table write permit: {e}")))?;
+        self.run_blocking(permit, job).await
+    }
+
+    async fn run_blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        job: impl FnOnce(&ControlPlane) -> Result<T, ControlError> + Send + 'static,
+    ) -> Result<T, ControlError> {
         let plane = self.clone();
         tokio::task::spawn_blocking(move || {
             let _permit = permit;

@@ -10,9 +10,10 @@
 //! - At run time: API edits and table-file changes apply in the order they happen; a
 //!   change of the table file's content replaces earlier API edits (logged).
 
+use std::io::Read as _;
 use std::path::Path;
 
-use admission_core::table::{CompiledTable, PriorityTable, TableErrors};
+use admission_core::table::{CompiledTable, PriorityTable, TableErrors, MAX_DOCUMENT_BYTES};
 use admission_core::FieldError;
 
 use crate::config::AdminConfig;
@@ -32,12 +33,80 @@ pub fn parse_table(text: &str) -> Result<PriorityTable, TableErrors> {
 /// which file and what is wrong with it; the caller names the setting.
 pub fn read_table_file(path: &Path) -> Result<(PriorityTable, u64), ControlError> {
     let bytes =
-        std::fs::read(path).map_err(|source| ControlError::Io { path: path.into(), source })?;
+        read_table_bytes(path).map_err(|source| ControlError::Io { path: path.into(), source })?;
     let text = String::from_utf8_lossy(&bytes);
     let table = parse_table(&text).map_err(|e| {
         ControlError::Config(FieldError::new("", format!("{}: {e}", path.display())))
     })?;
     Ok((table, digest(&bytes)))
+}
+
+/// A table file's content, read with bounds whatever the path leads to: stat first
+/// (through symlinks: a mounted ConfigMap is one), regular files only (a link to
+/// `/dev/zero`, a FIFO or a directory is refused without reading a byte), and at most
+/// [`MAX_DOCUMENT_BYTES`] + 1 bytes read (the table parser refuses more; a file that grew
+/// after the stat is caught by the extra byte).
+pub fn read_table_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
+    read_bounded(path, MAX_DOCUMENT_BYTES)
+}
+
+fn read_bounded(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind};
+    let regular = |meta: &std::fs::Metadata| {
+        if meta.is_file() {
+            Ok(())
+        } else {
+            Err(Error::new(
+                ErrorKind::InvalidInput,
+                format!("not a regular file but {}", file_kind(meta.file_type())),
+            ))
+        }
+    };
+    let too_large = |len: u64| {
+        Err(Error::new(
+            ErrorKind::InvalidData,
+            format!("{len} bytes or more; a table document has at most {max}"),
+        ))
+    };
+    let stat = std::fs::metadata(path)?;
+    regular(&stat)?;
+    if stat.len() > max as u64 {
+        return too_large(stat.len());
+    }
+    let file = std::fs::File::open(path)?;
+    // The path may have been swapped since the stat: judge what was opened.
+    let opened = file.metadata()?;
+    regular(&opened)?;
+    let mut bytes = Vec::with_capacity(opened.len().min(max as u64) as usize);
+    file.take(max as u64 + 1).read_to_end(&mut bytes)?;
+    if bytes.len() > max {
+        return too_large(bytes.len() as u64);
+    }
+    Ok(bytes)
+}
+
+fn file_kind(t: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+        if t.is_fifo() {
+            return "a FIFO";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+    }
+    if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    }
 }
 
 /// The message of a start-up error under `field`, without a nested field name.
@@ -104,4 +173,38 @@ pub fn load_initial_table(
     }
     tracing::info!(origin, version = compiled.version(), "priority table loaded");
     Ok(compiled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_regular_files_within_the_bound_are_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = dir.path().join("small.yaml");
+        std::fs::write(&small, "rules: []\n").unwrap();
+        assert_eq!(read_bounded(&small, 64).unwrap(), b"rules: []\n");
+        let exact = dir.path().join("exact");
+        std::fs::write(&exact, [b'#'; 64]).unwrap();
+        assert_eq!(read_bounded(&exact, 64).unwrap().len(), 64);
+        let big = dir.path().join("big");
+        std::fs::write(&big, [b'#'; 65]).unwrap();
+        let e = read_bounded(&big, 64).unwrap_err();
+        assert!(e.to_string().contains("at most 64"), "{e}");
+        let e = read_bounded(dir.path(), 64).unwrap_err();
+        assert!(e.to_string().contains("a directory"), "{e}");
+        assert!(read_bounded(&dir.path().join("missing"), 64).is_err());
+        #[cfg(unix)]
+        {
+            let zero = dir.path().join("zero");
+            std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+            let e = read_bounded(&zero, 64).unwrap_err();
+            assert!(e.to_string().contains("a character device"), "{e}");
+            // A ConfigMap-style link to a regular file is followed.
+            let link = dir.path().join("link");
+            std::os::unix::fs::symlink(&small, &link).unwrap();
+            assert_eq!(read_bounded(&link, 64).unwrap(), b"rules: []\n");
+        }
+    }
 }

@@ -15,6 +15,7 @@ fn tight(cfg: AdminConfig) -> AdminConfig {
         timeouts: AdminTimeouts {
             header_read: Duration::from_millis(300),
             body_read: Duration::from_millis(300),
+            ..AdminTimeouts::default()
         },
         ..cfg
     }
@@ -76,15 +77,7 @@ async fn table_checks_beyond_the_limit_are_refused_at_once() {
     let (cfg, dir) = common::config();
     let s = common::start_with(AdminConfig { max_concurrent_table_checks: 1, ..cfg }, dir).await;
     // Heavy enough to hold the one permit for a while.
-    let mut big = String::from("rules:\n");
-    for r in 0..60 {
-        let headers: Vec<String> =
-            (0..1000).map(|h| format!("h{h}: {}", if h == 999 { r } else { 0 })).collect();
-        big.push_str(&format!(
-            "  - {{ name: r{r}, business: 1, match: {{ header: {{ {} }} }} }}\n",
-            headers.join(", ")
-        ));
-    }
+    let big = heavy_table();
     let yaml = [("content-type", "application/yaml")];
     let url = s.url("/v1/priority-table/validate");
     let sends = (0..6).map(|_| {
@@ -102,6 +95,105 @@ async fn table_checks_beyond_the_limit_are_refused_at_once() {
     assert!(statuses.contains(&200), "{statuses:?}");
     assert!(statuses.iter().all(|s| [200, 503].contains(s)), "{statuses:?}");
     assert!(statuses.contains(&503), "six at once with one permit: {statuses:?}");
+    s.stop().await;
+}
+
+/// ~480 KiB, 60 rules of 1,000 header matches each: holds a table-check permit a while.
+fn heavy_table() -> String {
+    let mut big = String::from("rules:\n");
+    for r in 0..60 {
+        let headers: Vec<String> =
+            (0..1000).map(|h| format!("h{h}: {}", if h == 999 { r } else { 0 })).collect();
+        big.push_str(&format!(
+            "  - {{ name: r{r}, business: 1, match: {{ header: {{ {} }} }} }}\n",
+            headers.join(", ")
+        ));
+    }
+    big
+}
+
+/// Unauthenticated validations take every table-check permit, over and over; authenticated
+/// writes have a permit of their own and are all applied. (Before: one pool, and a flood
+/// made 31 of 32 writes 503.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_validate_flood_never_takes_the_write_permit() {
+    let (cfg, dir) = common::config();
+    let s = common::start_with(AdminConfig { max_concurrent_table_checks: 1, ..cfg }, dir).await;
+    let (big, url) = (bytes::Bytes::from(heavy_table()), s.url("/v1/priority-table/validate"));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, url, big) = (stop.clone(), url.clone(), big.clone());
+            tokio::spawn(async move {
+                let yaml = [("content-type", "application/yaml")];
+                let mut busy = 0u32;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = common::send(&url, Method::POST, &yaml, big.clone()).await;
+                    assert!([200, 503].contains(&r.status.as_u16()), "{}", r.status);
+                    busy += u32::from(r.status == StatusCode::SERVICE_UNAVAILABLE);
+                }
+                busy
+            })
+        })
+        .collect();
+    // Let the flood take the permit first.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    for business in 0..8u8 {
+        let (version, _) = s.current_table().await;
+        let r = s.put_table(&common::table_yaml(business % 4), &format!("\"{version}\"")).await;
+        assert_eq!(r.status, StatusCode::OK, "write {business}: {}", r.body);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut refused = 0;
+    for f in flood {
+        refused += f.await.unwrap();
+    }
+    assert!(refused > 0, "the flood never found the validation permit busy");
+    s.stop().await;
+}
+
+#[tokio::test]
+async fn a_write_waits_for_the_one_before_it_within_write_wait() {
+    let (cfg, dir) = common::config();
+    let cfg = AdminConfig {
+        timeouts: AdminTimeouts {
+            write_wait: Duration::from_millis(50),
+            ..AdminTimeouts::default()
+        },
+        ..cfg
+    };
+    let s = common::start_with(cfg, dir).await;
+    // Four at once: each waits for the write before it; with a 50 ms wait and cheap tables
+    // most get through, and any that does not is a clean 503 naming the setting.
+    let (version, _) = s.current_table().await;
+    let puts: Vec<_> = (0..4)
+        .map(|b| {
+            let url = s.url("/v1/priority-table");
+            let auth = format!("Bearer {}", common::TOKEN);
+            let body = bytes::Bytes::from(common::table_yaml(b));
+            let if_match = format!("\"{version}\"");
+            tokio::spawn(async move {
+                let headers = [
+                    ("authorization", auth.as_str()),
+                    ("content-type", "application/yaml"),
+                    ("if-match", if_match.as_str()),
+                ];
+                common::send(&url, Method::PUT, &headers, body).await
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for p in puts {
+        let r = p.await.unwrap();
+        if r.status == StatusCode::SERVICE_UNAVAILABLE {
+            assert!(r.body.contains("admin.timeouts.write_wait"), "{}", r.body);
+            assert_eq!(r.headers["retry-after"], "1");
+        }
+        statuses.push(r.status.as_u16());
+    }
+    // Same If-Match for all four: exactly one applies, the others see the new version.
+    assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 1, "{statuses:?}");
+    assert!(statuses.iter().all(|s| [200, 412, 503].contains(s)), "{statuses:?}");
     s.stop().await;
 }
 

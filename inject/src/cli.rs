@@ -47,12 +47,16 @@ pub struct InjectArgs {
     /// Longest wait for a whole request body.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
     pub body_read_timeout: Duration,
-    /// Longest TLS handshake.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = duration)]
+    /// Longest TLS handshake, from accept (well under the API server's timeoutSeconds: a
+    /// connection that says nothing gives its slot back before a review could time out).
+    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = duration)]
     pub handshake_timeout: Duration,
     /// Connections served at once; more are closed on accept.
     #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections)]
     pub max_connections: usize,
+    /// Connections served at once from one peer address; more from it are closed on accept.
+    #[arg(long, value_name = "N", default_value_t = Limits::default().max_connections_per_peer)]
+    pub max_connections_per_peer: usize,
     /// On SIGTERM, how long to keep serving with /ready failing before the listener closes
     /// (endpoint removal reaching the API server takes a moment).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration_or_zero)]
@@ -86,12 +90,19 @@ pub fn prepare(args: &InjectArgs) -> Result<(CertStore, Template, Exclusions, Li
     if args.max_connections == 0 {
         return Err("--max-connections: must be at least 1".into());
     }
+    if args.max_connections_per_peer == 0 || args.max_connections_per_peer > args.max_connections {
+        return Err(format!(
+            "--max-connections-per-peer: must be within 1..={} (--max-connections)",
+            args.max_connections
+        ));
+    }
     let limits = Limits {
         max_body_bytes: args.max_body_bytes,
         handshake_timeout: args.handshake_timeout,
         header_read_timeout: args.header_read_timeout,
         body_read_timeout: args.body_read_timeout,
         max_connections: args.max_connections,
+        max_connections_per_peer: args.max_connections_per_peer,
         ..Limits::default()
     };
     Ok((certs, template, exclusions, limits))

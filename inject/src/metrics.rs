@@ -12,7 +12,27 @@ pub struct Metrics {
     reviews: [AtomicU64; Outcome::ALL.len()],
     tls_reloads: AtomicU64,
     tls_reload_errors: AtomicU64,
-    connections_refused: AtomicU64,
+    connections_refused: [AtomicU64; 2],
+}
+
+/// Why a connection was closed on accept (the `reason` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// `--max-connections` open already.
+    MaxConnections,
+    /// `--max-connections-per-peer` open from that address already.
+    PerPeer,
+}
+
+impl Refused {
+    pub const ALL: [Refused; 2] = [Refused::MaxConnections, Refused::PerPeer];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Refused::MaxConnections => "max_connections",
+            Refused::PerPeer => "max_connections_per_peer",
+        }
+    }
 }
 
 impl Metrics {
@@ -33,8 +53,12 @@ impl Metrics {
         (self.tls_reloads.load(Ordering::Relaxed), self.tls_reload_errors.load(Ordering::Relaxed))
     }
 
-    pub fn connection_refused(&self) {
-        self.connections_refused.fetch_add(1, Ordering::Relaxed);
+    pub fn connection_refused(&self, why: Refused) {
+        self.connections_refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn connections_refused(&self, why: Refused) -> u64 {
+        self.connections_refused[why as usize].load(Ordering::Relaxed)
     }
 
     /// Prometheus text exposition.
@@ -58,14 +82,17 @@ impl Metrics {
         let _ = writeln!(out, "weir_inject_tls_reloads_total{{result=\"ok\"}} {ok}");
         let _ = writeln!(out, "weir_inject_tls_reloads_total{{result=\"error\"}} {failed}");
         out.push_str(
-            "# HELP weir_inject_connections_refused_total Connections closed at once: at max connections.\n",
+            "# HELP weir_inject_connections_refused_total Connections closed on accept: at max connections, or at the per-peer limit.\n",
         );
         out.push_str("# TYPE weir_inject_connections_refused_total counter\n");
-        let _ = writeln!(
-            out,
-            "weir_inject_connections_refused_total {}",
-            self.connections_refused.load(Ordering::Relaxed)
-        );
+        for why in Refused::ALL {
+            let _ = writeln!(
+                out,
+                "weir_inject_connections_refused_total{{reason=\"{}\"}} {}",
+                why.label(),
+                self.connections_refused(why)
+            );
+        }
         out
     }
 }

@@ -5,7 +5,8 @@
 //! 1. never: namespaces in the exclusion list (kube-system, ...) and the injector's own
 //!    namespace; `hostNetwork` pods (weir's ports would be the node's); pods that are meant
 //!    to finish (`restartPolicy` Never/OnFailure) when the template is a regular container.
-//! 2. the pod annotation `weir.dev/inject: "false"` (opt-out wins over every opt-in). The pod
+//! 2. the pod annotation `weir.dev/inject: "false"` (opt-out wins over every opt-in); any
+//!    value other than `"true"` or `"false"` means no injection too, with a warning. The pod
 //!    label `weir.dev/inject: disabled` is filtered by the webhook's objectSelector and
 //!    never reaches the server; it is honoured here too.
 //! 3. the namespace label `weir.dev/inject=enabled`: the webhook's namespaceSelector sends
@@ -180,9 +181,11 @@ pub fn plan(
             return Decision::skip(Outcome::OptedOut, format!("label {INJECT}: disabled"));
         }
         Some(v) if is_true(v) => {}
-        Some(v) if scope == Scope::Pod => {
-            // The user meant something: say that it was not understood.
-            let mut d = Decision::skip(Outcome::NotOptedIn, format!("annotation {INJECT}: {v:?}"));
+        Some(v) => {
+            // The user meant something: say that it was not understood, and do not inject
+            // (in a labelled namespace too: `False`, `0`, `no`, `off` are opt-outs).
+            let outcome = if scope == Scope::Pod { Outcome::NotOptedIn } else { Outcome::OptedOut };
+            let mut d = Decision::skip(outcome, format!("annotation {INJECT}: {v:?}"));
             d.warnings.push(format!(
                 "weir sidecar not injected: {INJECT}: want \"true\" or \"false\", got {v:?}"
             ));

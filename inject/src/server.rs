@@ -1,9 +1,11 @@
 //! The webhook's HTTPS server: hyper 1 (HTTP/1.1 and HTTP/2 by ALPN) over tokio-rustls.
 //!
-//! Every wait is bounded by a named limit ([`Limits`]): accepted connections at once, the
-//! TLS handshake, reading a request head, reading the body, the body's size. The API server
-//! gives up on the webhook after the webhook's `timeoutSeconds` (5 by default), so the
-//! defaults here are generous for a real API server and tight for anything else.
+//! Every wait is bounded by a named limit ([`Limits`]): accepted connections at once (and
+//! per peer address), the TLS handshake, reading a request head, reading the body, the
+//! body's size. The API server gives up on the webhook after the webhook's `timeoutSeconds`
+//! (5 by default), so the defaults here are generous for a real API server and tight for
+//! anything else: the handshake bound (2 s) is well under the API server's whole wait, so a
+//! connection that never says anything gives its slot back before a review could time out.
 //!
 //! Routes: `POST /inject/namespace`, `POST /inject/pod` (see [`crate::patch::Scope`]);
 //! `GET /live`, `GET /ready` (the kubelet's HTTPS probes), `GET /metrics`.
@@ -26,11 +28,12 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Refused};
 use crate::patch::{Exclusions, Outcome, Scope};
 use crate::review::{self, ReviewError};
 use crate::template::Template;
 use crate::tls::{self, CertStore};
+use peers::PeerConnections;
 
 /// The server's bounds.
 #[derive(Debug, Clone)]
@@ -45,19 +48,31 @@ pub struct Limits {
     pub body_read_timeout: Duration,
     /// Connections served at once; more are closed on accept.
     pub max_connections: usize,
+    /// Connections served at once from one peer address; more from it are closed on accept
+    /// (one host cannot take every slot).
+    pub max_connections_per_peer: usize,
     /// On shutdown, how long open connections may finish their requests.
     pub shutdown_grace: Duration,
 }
+
+/// The `--handshake-timeout` default.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// The `--max-connections-per-peer` default: 1/16 of the connection slots. An API server
+/// multiplexes reviews over HTTP/2 (64 streams a connection here), so this carries 4,096
+/// concurrent reviews from one address.
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 64;
 
 impl Default for Limits {
     fn default() -> Self {
         Limits {
             // A pod object is limited to ~1.5 MiB by etcd; the review wraps one object on CREATE.
             max_body_bytes: 4 * 1024 * 1024,
-            handshake_timeout: Duration::from_secs(10),
+            // A real API server completes it in milliseconds; its whole wait is 5 s.
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
             header_read_timeout: Duration::from_secs(10),
             body_read_timeout: Duration::from_secs(10),
             max_connections: 1024,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             shutdown_grace: Duration::from_secs(10),
         }
     }
@@ -103,6 +118,7 @@ pub async fn serve(
 ) -> Result<(), rustls::Error> {
     let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(certs)?));
     let slots = Arc::new(Semaphore::new(state.limits.max_connections));
+    let peers = Arc::new(PeerConnections::default());
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -135,7 +151,17 @@ pub async fn serve(
             }
         };
         let Ok(slot) = slots.clone().try_acquire_owned() else {
-            state.metrics.connection_refused();
+            state.metrics.connection_refused(Refused::MaxConnections);
+            drop(stream);
+            continue;
+        };
+        let Some(peer_slot) = peers.enter(peer.ip(), state.limits.max_connections_per_peer) else {
+            state.metrics.connection_refused(Refused::PerPeer);
+            if state.warn_gate.allow() {
+                tracing::warn!(%peer, limit = state.limits.max_connections_per_peer, "connection refused: the peer already has --max-connections-per-peer open (further ones this second at debug)");
+            } else {
+                tracing::debug!(%peer, "connection refused: per-peer limit");
+            }
             drop(stream);
             continue;
         };
@@ -145,7 +171,7 @@ pub async fn serve(
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {
-            let _slot = slot;
+            let _slots = (slot, peer_slot);
             let tls =
                 match tokio::time::timeout(state.limits.handshake_timeout, acceptor.accept(stream))
                     .await
@@ -407,5 +433,6 @@ impl Running {
     }
 }
 
+mod peers;
 #[cfg(test)]
 mod tests;

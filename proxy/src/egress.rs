@@ -11,6 +11,10 @@
 //! 3. its `Host` header.
 //!
 //! Then, in order:
+//! - a scheme other than `http` (`https://`, `ftp://` absolute-form, `:scheme: https`) is
+//!   refused with 400: it would go out as cleartext HTTP;
+//! - a request whose `Via` names this egress, or whose downstream address is one of this
+//!   sidecar's own listeners, is refused with 508 (a forwarding loop; see [`loops`]);
 //! - a spent budget (`grpc-timeout: 0m`, `x-request-timeout-ms: 0`) is refused with
 //!   `x-weir-shed: deadline` and never sent;
 //! - a priority the downstream's fresh cached level does not admit is refused with
@@ -59,8 +63,10 @@ use crate::sidecar::StartError;
 
 pub mod config;
 pub mod forward;
+pub mod loops;
 
 pub use config::{EgressConfig, EgressRoute};
+use loops::{OwnListeners, ViaTag};
 
 /// Shared h2c connections per downstream address.
 const H2_CONNECTIONS: usize = 2;
@@ -106,6 +112,10 @@ pub struct EgressService {
     conn: ConnLimits,
     /// Outbound requests being handled, response bodies included: what a drain waits for.
     active: Arc<AtomicUsize>,
+    /// Every listener of this process: never a downstream.
+    own: OwnListeners,
+    /// This egress's `Via` entry.
+    via: ViaTag,
 }
 
 #[derive(Debug, Clone)]
@@ -129,6 +139,8 @@ pub struct EgressStats {
     errors_metric: Counter,
     /// What the responses' level headers did to the cache (`result` label).
     level_headers: [Counter; 5],
+    /// Requests refused before anything was sent, by [`Rejection`].
+    rejected: [(AtomicU64, Counter); Rejection::ALL.len()],
 }
 
 /// Metric names of the egress role.
@@ -136,6 +148,7 @@ pub const REQUESTS_TOTAL: &str = "weir_requests_total";
 pub const DOWNSTREAM_LEVEL_METRIC: &str = "weir_downstream_level";
 pub const LEVEL_HEADERS_TOTAL: &str = "weir_downstream_level_headers_total";
 pub const ERRORS_TOTAL: &str = "weir_egress_errors_total";
+pub const REJECTED_TOTAL: &str = "weir_egress_rejected_total";
 const LEVEL_HEADER_RESULTS: [&str; 5] =
     ["cached", "uncached_over_max_authorities", "absent", "malformed", "repeated"];
 
@@ -166,12 +179,73 @@ impl EgressOutcome {
     }
 }
 
+/// Requests the egress refuses to send at all: the app (or whoever reached the egress)
+/// asked for something it must not do. Not downstream errors, not shedding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rejection {
+    /// A scheme other than `http`: it would go out as cleartext HTTP.
+    Scheme,
+    /// Its `Via` names this egress: it has come round a loop.
+    ViaLoop,
+    /// Its downstream address is one of this sidecar's own listeners.
+    OwnListener,
+}
+
+impl Rejection {
+    pub const ALL: [Rejection; 3] = [Rejection::Scheme, Rejection::ViaLoop, Rejection::OwnListener];
+
+    /// The `reason` label of `weir_egress_rejected_total`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Rejection::Scheme => "scheme",
+            Rejection::ViaLoop => "via_loop",
+            Rejection::OwnListener => "own_listener",
+        }
+    }
+
+    fn status(self) -> StatusCode {
+        match self {
+            Rejection::Scheme => StatusCode::BAD_REQUEST,
+            Rejection::ViaLoop | Rejection::OwnListener => StatusCode::LOOP_DETECTED,
+        }
+    }
+
+    /// INVALID_ARGUMENT for the scheme, FAILED_PRECONDITION for a loop: retrying the same
+    /// call cannot help either way.
+    fn grpc_status(self) -> &'static str {
+        match self {
+            Rejection::Scheme => "3",
+            Rejection::ViaLoop | Rejection::OwnListener => "9",
+        }
+    }
+
+    /// The response body (and `grpc-message`): what was refused and why.
+    fn message(self) -> &'static str {
+        match self {
+            Rejection::Scheme => {
+                "weir egress: only http:// requests are forwarded (https:// and other schemes \
+                 would go out as cleartext HTTP)"
+            }
+            Rejection::ViaLoop => {
+                "weir egress: this request has already passed through this egress (its Via \
+                 names it): a forwarding loop"
+            }
+            Rejection::OwnListener => {
+                "weir egress: the downstream address is one of this sidecar's own listeners: \
+                 a forwarding loop"
+            }
+        }
+    }
+}
+
 // === impl Egress ===
 
 impl Egress {
     /// Binds `egress.listen` and every route's listener (port 0: an ephemeral port, see
-    /// [`Egress::addr`]) and starts serving on `egress.threads` threads.
-    pub fn start(config: &SidecarConfig) -> Result<Egress, StartError> {
+    /// [`Egress::addr`]) and starts serving on `egress.threads` threads. `others` are the
+    /// process's other listeners as bound (inbound, admin): with the egress's own, requests
+    /// addressed to any of them are refused (see [`loops`]).
+    pub fn start(config: &SidecarConfig, others: &[SocketAddr]) -> Result<Egress, StartError> {
         let egress = &config.egress;
         let bind = |what: &'static str, addr: SocketAddr| {
             let listener = std::net::TcpListener::bind(addr)
@@ -190,7 +264,15 @@ impl Egress {
             let (listener, local) = bind("egress.routes.listen", route.listen)?;
             routes.push((listener, local, target));
         }
-        let service = Arc::new(EgressService::new(config).map_err(StartError::Other)?);
+        let own = OwnListeners::new(
+            others
+                .iter()
+                .copied()
+                .chain(config.admin.public_listen)
+                .chain([addr])
+                .chain(routes.iter().map(|(_, local, _)| *local)),
+        );
+        let service = Arc::new(EgressService::new(config, own).map_err(StartError::Other)?);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(egress.threads)
             .thread_name("weir-egress")
@@ -220,7 +302,12 @@ impl Egress {
                 ));
             }
         }
-        tracing::info!(egress = %addr, routes = ?route_addrs, "egress started");
+        tracing::info!(
+            egress = %addr,
+            routes = ?route_addrs,
+            via = service.via.pseudonym(),
+            "egress started"
+        );
         Ok(Egress { runtime: Some(runtime), addr, route_addrs, service, stop })
     }
 
@@ -273,7 +360,8 @@ impl Drop for Egress {
 // === impl EgressService ===
 
 impl EgressService {
-    pub fn new(config: &SidecarConfig) -> Result<Self, String> {
+    /// `own`: every listener of this process, never a downstream.
+    pub fn new(config: &SidecarConfig, own: OwnListeners) -> Result<Self, String> {
         let egress = &config.egress;
         let names = &config.inbound.headers;
         let header = |s: &str| HeaderName::from_bytes(s.as_bytes()).map_err(|e| e.to_string());
@@ -329,6 +417,8 @@ impl EgressService {
                 idle: egress.timeouts.idle,
                 h2_max_concurrent_streams: egress.h2.max_concurrent_streams,
             },
+            own,
+            via: ViaTag::random(),
         })
     }
 
@@ -363,6 +453,12 @@ impl EgressService {
             // A tunnel hides the downstream's responses, so its level could not be learnt.
             return self.error(None, StatusCode::METHOD_NOT_ALLOWED, grpc);
         }
+        if parts.uri.scheme().is_some_and(|s| *s != http::uri::Scheme::HTTP) {
+            return self.reject(Rejection::Scheme, None, grpc);
+        }
+        if self.via.seen_in(&parts.headers) {
+            return self.reject(Rejection::ViaLoop, None, grpc);
+        }
         let Some(authority) = forward::target_authority(route, &parts.uri, &parts.headers) else {
             return self.error(None, StatusCode::BAD_REQUEST, grpc);
         };
@@ -388,6 +484,10 @@ impl EgressService {
             }
             Err(_) => return self.error(Some(&authority), StatusCode::GATEWAY_TIMEOUT, grpc),
         };
+        if let Some(listener) = self.own.reached_by(addr) {
+            tracing::debug!(downstream = %authority, %addr, %listener, "egress: addressed to itself");
+            return self.reject(Rejection::OwnListener, Some(&authority), grpc);
+        }
         let endpoint = self.endpoint(addr);
         let protocol = match self.protocol {
             AppProtocol::Auto if parts.version == http::Version::HTTP_2 => Protocol::H2c,
@@ -400,7 +500,8 @@ impl EgressService {
             return self.refuse(&authority, grpc, EgressOutcome::ShedDeadline);
         }
         let head_request = parts.method == Method::HEAD;
-        let req = forward::downstream_request(
+        let received = parts.version;
+        let mut req = forward::downstream_request(
             parts,
             RequestBody::new(body, self.body_read),
             protocol,
@@ -408,6 +509,8 @@ impl EgressService {
             remaining.saturating_sub(self.deadline_margin),
             &self.timeout_header,
         );
+        // After the hop-by-hop strip: `Connection: via` from the app cannot remove it.
+        self.via.stamp(req.headers_mut(), received);
         self.stats.record(priority.business, EgressOutcome::Admitted);
         let sent = tokio::time::timeout_at(deadline.into(), endpoint.send(protocol, req)).await;
         let crate::app_client::Exchange { response, lease } = match sent {
@@ -496,6 +599,36 @@ impl EgressService {
         respond(status, headers)
     }
 
+    /// Refuses to send the request at all (see [`Rejection`]), with a one-line reason.
+    fn reject(
+        &self,
+        rejection: Rejection,
+        authority: Option<&Authority>,
+        grpc: bool,
+    ) -> Response<ResponseBody> {
+        self.stats.reject(rejection);
+        let (status, mut headers) = self.refusals.error_head(rejection.status(), grpc);
+        headers.insert(self.level_name.clone(), self.level_value(authority));
+        let message = rejection.message();
+        let body = if grpc {
+            headers.insert(
+                HeaderName::from_static("grpc-status"),
+                HeaderValue::from_static(rejection.grpc_status()),
+            );
+            headers
+                .insert(HeaderName::from_static("grpc-message"), HeaderValue::from_static(message));
+            ResponseBody::empty()
+        } else {
+            headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+            headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(message.len() + 1));
+            ResponseBody::full(format!("{message}\n").into(), None)
+        };
+        let mut resp = Response::new(body);
+        *resp.status_mut() = status;
+        *resp.headers_mut() = headers;
+        resp
+    }
+
     fn error(
         &self,
         authority: Option<&Authority>,
@@ -550,6 +683,10 @@ impl EgressStats {
             ERRORS_TOTAL,
             "Outbound requests answered with weir's own error (downstream down, silent, garbage)"
         );
+        metrics::describe_counter!(
+            REJECTED_TOTAL,
+            "Outbound requests refused before sending: a forwarding loop or a scheme other than http"
+        );
         EgressStats {
             requests: (0..256).map(|_| Default::default()).collect(),
             handles: (0..256).map(|_| Default::default()).collect(),
@@ -557,7 +694,21 @@ impl EgressStats {
             errors_metric: metrics::counter!(ERRORS_TOTAL),
             level_headers: LEVEL_HEADER_RESULTS
                 .map(|r| metrics::counter!(LEVEL_HEADERS_TOTAL, "result" => r)),
+            rejected: Rejection::ALL.map(|r| {
+                (AtomicU64::new(0), metrics::counter!(REJECTED_TOTAL, "reason" => r.as_str()))
+            }),
         }
+    }
+
+    fn reject(&self, rejection: Rejection) {
+        let (count, metric) = &self.rejected[rejection as usize];
+        count.fetch_add(1, Relaxed);
+        metric.increment(1);
+    }
+
+    /// Requests refused for `rejection` so far.
+    pub fn rejected(&self, rejection: Rejection) -> u64 {
+        self.rejected[rejection as usize].0.load(Relaxed)
     }
 
     #[inline]

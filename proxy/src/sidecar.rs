@@ -109,8 +109,11 @@ impl Sidecar {
         let (plane, inbound_addr) =
             HyperPlane::start(&config, shared.clone(), metrics, stop_rx, os_signals)?;
 
-        let egress =
-            if config.egress.enabled { Some(crate::egress::Egress::start(&config)?) } else { None };
+        let egress = if config.egress.enabled {
+            Some(crate::egress::Egress::start(&config, &[inbound_addr, admin_addr])?)
+        } else {
+            None
+        };
         let sidecar = Sidecar {
             shared,
             inbound_addr,

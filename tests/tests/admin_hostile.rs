@@ -12,6 +12,10 @@ use control_api::StatusDoc;
 use support::backend::Backend;
 use support::client::{bytes_body, Http1};
 
+/// The tests that load the CPU or measure it take turns: one test's table parses would
+/// otherwise show up in another's CPU figures (they share the process).
+static CPU_HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// 60 rules of 1,000 header matches each, every rule reachable (~480 KiB).
 fn big_valid_table() -> String {
     let mut yaml = String::from("rules:\n");
@@ -33,6 +37,7 @@ async fn status(admin: std::net::SocketAddr) -> StatusDoc {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_table_bodies_stall_nothing() {
+    let _turn = CPU_HEAVY.lock().await;
     let app = Backend::start().await;
     let weir = support::sidecar(app.addr, |c| {
         c.admission.window = Duration::from_millis(200);
@@ -139,4 +144,241 @@ async fn an_empty_table_body_is_refused() {
         .unwrap();
     assert_eq!(r.status, 400);
     assert!(String::from_utf8_lossy(&r.body).contains("empty"));
+}
+
+/// `q`-quantile of sorted durations.
+fn quantile(sorted: &[Duration], q: f64) -> Duration {
+    sorted[((sorted.len() as f64 * q).ceil() as usize).saturating_sub(1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// A table whose default business is `business`.
+fn small_table(business: u8) -> String {
+    format!("default_business: {business}\nrules:\n  - {{ name: a, business: {business}, match: {{ path: /a }} }}\n")
+}
+
+/// Writes the table through the API with the token, If-Match the current version; returns
+/// the status and how long it took.
+async fn put_table(admin: std::net::SocketAddr, token: &str, yaml: String) -> (u16, Duration) {
+    let url = format!("http://{admin}/v1/priority-table");
+    let started = Instant::now();
+    let client = Http1::new();
+    let current = client.get(&url, &[]).await;
+    let etag = current.header("etag").expect("etag").to_owned();
+    let auth = format!("Bearer {token}");
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/yaml"),
+        ("if-match", etag.as_str()),
+    ];
+    let r = client.send(http::Method::PUT, &url, &headers, bytes_body(yaml)).await.unwrap();
+    (r.status, started.elapsed())
+}
+
+/// Unauthenticated validations of a heavy table from 8 clients hold every table-check
+/// permit, over and over; meanwhile the operator's authenticated writes are all applied (a
+/// permit of their own), and proxied traffic is served. Before: one pool for both, and a
+/// validate flood made 31 of 32 writes 503.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_validate_flood_never_locks_out_authenticated_writes() {
+    let _turn = CPU_HEAVY.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, "operator-token\n").unwrap();
+    let app = Backend::start().await;
+    let weir = support::sidecar(app.addr, |c| c.admin.token_file = Some(token_file.clone()));
+    let admin = weir.admin_addr();
+    const WRITES: usize = 32;
+
+    let mut unattacked = Vec::new();
+    for i in 0..WRITES / 2 {
+        let (status, took) = put_table(admin, "operator-token", small_table(i as u8 % 4)).await;
+        assert_eq!(status, 200, "unattacked write {i}");
+        unattacked.push(took);
+    }
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let validate = format!("http://{admin}/v1/priority-table/validate");
+    let big = big_valid_table();
+    let flood: Vec<_> = (0..8)
+        .map(|_| {
+            let (stop, validate, big) = (stop.clone(), validate.clone(), big.clone());
+            tokio::spawn(async move {
+                let client = Http1::new();
+                let yaml = [("content-type", "application/yaml")];
+                let (mut sent, mut busy) = (0u32, 0u32);
+                while !stop.load(Ordering::Relaxed) {
+                    let body = bytes_body(big.clone());
+                    let r = client.send(http::Method::POST, &validate, &yaml, body).await.unwrap();
+                    assert!([200, 503].contains(&r.status), "{}", r.status);
+                    sent += 1;
+                    busy += u32::from(r.status == 503);
+                }
+                (sent, busy)
+            })
+        })
+        .collect();
+    // The flood owns the validation permits before the first write.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut attacked = Vec::new();
+    let mut refused = Vec::new();
+    for i in 0..WRITES {
+        let (status, took) = put_table(admin, "operator-token", small_table(i as u8 % 4)).await;
+        if status != 200 {
+            refused.push((i, status));
+        }
+        attacked.push(took);
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut sent, mut busy) = (0, 0);
+    for f in flood {
+        let (s, b) = f.await.unwrap();
+        sent += s;
+        busy += b;
+    }
+    unattacked.sort();
+    attacked.sort();
+    eprintln!(
+        "validate flood: {sent} validations ({busy} answered 503); writes unattacked p50 {:.1} \
+         p99 {:.1} ms, attacked p50 {:.1} p99 {:.1} max {:.1} ms, {} of {WRITES} refused; load {}",
+        ms(quantile(&unattacked, 0.5)),
+        ms(quantile(&unattacked, 0.99)),
+        ms(quantile(&attacked, 0.5)),
+        ms(quantile(&attacked, 0.99)),
+        ms(attacked[attacked.len() - 1]),
+        refused.len(),
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim(),
+    );
+    assert!(refused.is_empty(), "writes refused during the flood: {refused:?}");
+    assert!(busy > 0, "the flood never filled the validation permits");
+    // The writes share two cores with the flood's parses (debug build): generous.
+    let p99 = quantile(&attacked, 0.99);
+    assert!(p99 < Duration::from_secs(2), "write p99 {p99:?} under the flood");
+}
+
+/// User + system CPU time of this process so far.
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: u64 = [11, 12].iter().filter_map(|i| fields.get(*i)?.parse::<u64>().ok()).sum();
+    Duration::from_millis(ticks * 10)
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Points `link` at `target` atomically, as the kubelet swaps a ConfigMap's `..data`.
+fn repoint(link: &std::path::Path, target: &std::path::Path) {
+    let tmp = link.with_extension("tmp");
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(target, &tmp).unwrap();
+    std::fs::rename(&tmp, link).unwrap();
+}
+
+/// Well-behaved traffic for `span`: proxied GETs and `/live`, one pair every 20 ms. Returns
+/// the sorted latencies of each.
+async fn served_for(
+    inbound: std::net::SocketAddr,
+    admin: std::net::SocketAddr,
+    span: Duration,
+) -> (Vec<Duration>, Vec<Duration>) {
+    let client = Http1::new();
+    let (mut proxied, mut live) = (Vec::new(), Vec::new());
+    let until = Instant::now() + span;
+    while Instant::now() < until {
+        let t = Instant::now();
+        assert_eq!(client.get(&format!("http://{inbound}/echo"), &[]).await.status, 200);
+        proxied.push(t.elapsed());
+        let t = Instant::now();
+        assert_eq!(client.get(&format!("http://{admin}/live"), &[]).await.status, 200);
+        live.push(t.elapsed());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    proxied.sort();
+    live.sort();
+    (proxied, live)
+}
+
+/// The watched table file (shipped poll interval, 500 ms) is pointed at a 200 MB file, a
+/// FIFO and `/dev/zero` in turn while callers are served: each poll costs a stat, nothing
+/// is read, memory does not move, each poll is counted as unreadable, and a good table
+/// put back afterwards is applied. Before: each poll read the whole file (200 MB: half a
+/// core; `/dev/zero`: 3.3 GB in 5 s), and a FIFO blocked the watcher for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_table_file_costs_a_stat_per_poll() {
+    let _turn = CPU_HEAVY.lock().await;
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, small_table(1)).unwrap();
+    let link = dir.path().join("table.yaml");
+    repoint(&link, &good);
+    let huge = dir.path().join("huge.yaml");
+    std::fs::File::create(&huge).unwrap().set_len(200 << 20).unwrap();
+    let fifo = dir.path().join("fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let app = Backend::start().await;
+    let weir = support::sidecar(app.addr, |c| c.admin.table_file = Some(link.clone()));
+    let (inbound, admin) = (weir.inbound_addr(), weir.admin_addr());
+    let version = weir.shared().table.version();
+
+    let (base_proxied, base_live) = served_for(inbound, admin, Duration::from_secs(2)).await;
+    let mut report = format!(
+        "table file: unattacked proxied p99 {:.2} ms, /live p99 {:.2} ms",
+        ms(quantile(&base_proxied, 0.99)),
+        ms(quantile(&base_live, 0.99))
+    );
+    let mut worst_p99 = Duration::ZERO;
+    for (name, target) in
+        [("200 MB file", &huge), ("FIFO", &fifo), ("/dev/zero", &"/dev/zero".into())]
+    {
+        repoint(&link, target);
+        let (cpu0, rss0) = (process_cpu(), rss_kib());
+        let started = Instant::now();
+        let (proxied, live) = served_for(inbound, admin, Duration::from_secs(2)).await;
+        let (cpu, wall) = (process_cpu() - cpu0, started.elapsed());
+        let rss = rss_kib().saturating_sub(rss0);
+        report += &format!(
+            "; {name}: proxied p99 {:.2} ms, /live p99 {:.2} ms, process CPU {:.0}% of a core, \
+             RSS +{rss} KiB",
+            ms(quantile(&proxied, 0.99)),
+            ms(quantile(&live, 0.99)),
+            cpu.as_secs_f64() / wall.as_secs_f64() * 100.0
+        );
+        worst_p99 = worst_p99.max(quantile(&proxied, 0.99)).max(quantile(&live, 0.99));
+        // The callers themselves cost a few percent (debug build); reading 200 MB twice a
+        // second cost half a core.
+        assert!(cpu < wall / 4, "{name}: {cpu:?} of CPU in {wall:?}");
+        assert!(rss < 64 * 1024, "{name}: RSS grew {rss} KiB");
+        assert_eq!(weir.shared().table.version(), version, "{name} changed the table");
+    }
+    let text = support::metrics_text(admin).await;
+    let unreadable = support::sample(&text, "weir_priority_table_file_unreadable_total");
+    // Three 2 s phases at one poll per 500 ms.
+    assert!(unreadable >= 6.0, "{unreadable} unreadable polls counted");
+
+    // The watcher is still alive: a good table put back is applied.
+    let better = dir.path().join("better.yaml");
+    std::fs::write(&better, small_table(2)).unwrap();
+    repoint(&link, &better);
+    let applied =
+        support::eventually(Duration::from_secs(5), || weir.shared().table.version() > version)
+            .await;
+    eprintln!(
+        "{report}; {unreadable} unreadable polls; load {}",
+        std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
+    );
+    assert!(applied, "a good table file was not applied after the hostile ones");
+    // Margin for a busy 2-core machine; the target is the unattacked p99 + 10 ms.
+    let base = quantile(&base_proxied, 0.99).max(quantile(&base_live, 0.99));
+    assert!(worst_p99 < base + Duration::from_millis(100), "p99 {worst_p99:?} vs {base:?}");
 }

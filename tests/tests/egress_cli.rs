@@ -55,3 +55,20 @@ async fn weir_run_with_egress_serves_outbound_calls() {
     assert_eq!(seen.len(), 1, "the downstream got the call");
     assert!(app.seen_path("/via-egress").is_empty(), "not the sidecar's own app");
 }
+
+/// Each hop takes `deadline_margin` off the budget it passes on: that is what ends a loop the
+/// egress cannot see. Zero is refused at start, naming the field.
+#[test]
+fn a_zero_deadline_margin_exits_64_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.yaml");
+    std::fs::write(&config, "egress:\n  enabled: true\n  deadline_margin: 0ms\n").unwrap();
+    let (code, stderr) = support::run_weir(
+        &["run", "--config", config.to_str().unwrap(), "--inbound", "127.0.0.1:0"],
+        Duration::from_secs(20),
+    );
+    assert_eq!(code, Some(64), "stderr: {stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one line: {stderr}");
+    assert!(lines[0].starts_with("weir: egress.deadline_margin: "), "{}", lines[0]);
+}

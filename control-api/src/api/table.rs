@@ -56,7 +56,7 @@ impl ControlPlane {
         let if_match = if_match(req.headers())?;
         let body = self.read_body(req).await?;
         let committed = self
-            .check_table(move |plane| plane.commit(parse(&body, format)?, if_match, None))
+            .write_table(move |plane| plane.commit(parse(&body, format)?, if_match, None))
             .await?;
         tracing::info!(version = committed.version(), "priority table replaced through the API");
         let mut response = to_json(StatusCode::OK, &accepted(&committed))?;

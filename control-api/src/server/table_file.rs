@@ -9,11 +9,14 @@ use tokio::sync::watch;
 
 use super::ControlPlane;
 use crate::persist::digest;
-use crate::source::parse_table;
+use crate::source::{parse_table, read_table_bytes};
 
 /// Polls the table file's content. Kubernetes updates a mounted ConfigMap by swapping a
 /// `..data` symlink, which inotify on the file path does not reliably report; re-reading
-/// through the path every interval follows the swap and costs one small read.
+/// through the path every interval follows the swap and costs one stat and one small read.
+/// Whatever the path leads to, a poll reads at most 1 MiB + 1 byte of a regular file
+/// ([`read_table_bytes`]); a poll that cannot is counted
+/// (`weir_priority_table_file_unreadable_total`) and logged when its reason changes.
 pub(crate) async fn watch_table_file(
     plane: Arc<ControlPlane>,
     path: PathBuf,
@@ -21,6 +24,7 @@ pub(crate) async fn watch_table_file(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut last_seen = plane.applied_file_digest();
+    let mut last_problem: Option<String> = None;
     let mut ticker = tokio::time::interval(every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -28,11 +32,30 @@ pub(crate) async fn watch_table_file(
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let bytes = match tokio::fs::read(&path).await {
-            Ok(b) => b,
+        let read = {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || read_table_bytes(&path)).await
+        };
+        let bytes = match read {
+            Ok(Ok(b)) => {
+                last_problem = None;
+                b
+            }
+            Ok(Err(e)) => {
+                plane.table_file_unreadable.fetch_add(1, Ordering::Relaxed);
+                let problem = e.to_string();
+                // Mid-swap or not mounted yet is routine; a file that stays unusable is
+                // said once, not every poll.
+                if last_problem.as_deref() != Some(problem.as_str()) {
+                    tracing::warn!(path = %path.display(), error = %problem, "table file unreadable; the current table keeps serving");
+                } else {
+                    tracing::debug!(path = %path.display(), error = %problem, "table file unreadable");
+                }
+                last_problem = Some(problem);
+                continue;
+            }
             Err(e) => {
-                // Mid-swap or not mounted yet: try again next tick.
-                tracing::debug!(path = %path.display(), error = %e, "table file unreadable");
+                tracing::error!(error = %e, "table file read task failed");
                 continue;
             }
         };

@@ -106,6 +106,7 @@ pub fn test_limits() -> Limits {
         header_read_timeout: Duration::from_millis(500),
         body_read_timeout: Duration::from_millis(500),
         max_connections: 256,
+        max_connections_per_peer: weir_inject::server::DEFAULT_MAX_CONNECTIONS_PER_PEER,
         shutdown_grace: Duration::from_secs(2),
     }
 }

@@ -173,6 +173,14 @@ impl EgressConfig {
                 return bad(field, format!("{value:?} must be more than 0 and at most 1h"));
             }
         }
+        // Zero would pass every budget on whole: a request that comes round a loop the
+        // egress cannot see would then circle until the app's own budget ran out.
+        if self.deadline_margin.is_zero() {
+            return bad(
+                "egress.deadline_margin",
+                "0s must be more than 0 (each hop takes it off the budget)".into(),
+            );
+        }
         if self.deadline_margin >= self.default_budget {
             return bad(
                 "egress.deadline_margin",
@@ -198,6 +206,8 @@ mod tests {
         let mut c = EgressConfig::default();
         c.timeouts.resolve = Duration::ZERO;
         assert_eq!(c.validate().unwrap_err().path, "egress.timeouts.resolve");
+        let c = EgressConfig { deadline_margin: Duration::ZERO, ..EgressConfig::default() };
+        assert_eq!(c.validate().unwrap_err().path, "egress.deadline_margin");
         let mut c = EgressConfig::default();
         c.routes.push(EgressRoute { listen: ([127, 0, 0, 1], 0).into(), target: "b:80".into() });
         c.routes.push(EgressRoute { listen: ([127, 0, 0, 1], 0).into(), target: "no port".into() });
