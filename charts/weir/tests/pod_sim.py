@@ -220,6 +220,8 @@ def istio_review(review: dict, native: bool) -> dict:
     pod["metadata"].setdefault("annotations", {}).update({
         "sidecar.istio.io/status": '{"initContainers":["istio-init"],"containers":["istio-proxy"]}',
         "prometheus.io/port": "15020",
+        # docs/mesh.md: weir's probe port outside Envoy's capture, as Istio's own 15020/15021/15090.
+        "traffic.sidecar.istio.io/excludeInboundPorts": "15120",
     })
     pod["metadata"]["labels"]["security.istio.io/tlsMode"] = "istio"
     proxy = {
@@ -235,7 +237,7 @@ def istio_review(review: dict, native: bool) -> dict:
         "name": "istio-init",
         "image": "docker.io/istio/proxyv2:1.24.0",
         "args": ["istio-iptables", "-p", "15001", "-z", "15006", "-u", "1337", "-m", "REDIRECT", "-i", "*",
-                 "-b", "*", "-d", "15090,15021,15020"],
+                 "-b", "*", "-d", "15090,15021,15020,15120"],
         "securityContext": {"runAsUser": 0, "capabilities": {"add": ["NET_ADMIN", "NET_RAW"]}},
     }
     if native:
@@ -632,6 +634,11 @@ class PodRun:
         return list(self.rows.values())
 
     def lifecycle(self) -> None:
+        # The pod as simulated (for an injected one: the patched pod), for the record.
+        import yaml  # the simulator's venv has it (test-chart)
+
+        (self.work / "pod.yaml").write_text(yaml.safe_dump({"metadata": self.pod.metadata, "spec": self.pod.spec},
+                                                           sort_keys=False))
         spec = self.pod.spec
         init, regular = spec.get("initContainers", []), spec.get("containers", [])
         weir_containers = [c for c in init + regular if is_weir(c)]
