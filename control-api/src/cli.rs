@@ -25,7 +25,7 @@ pub struct ClientArgs {
         long,
         global = true,
         value_name = "ADDR",
-        default_value = "127.0.0.1:15000",
+        default_value = "127.0.0.1:15100",
         env = "WEIR_ADMIN"
     )]
     pub admin: String,

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 
 /// Default admin address: loopback only.
 pub const DEFAULT_ADMIN_ADDR: SocketAddr =
-    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 15000);
+    SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 15100);
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -165,7 +165,7 @@ impl Template {
         let egress_listen = match files.get("egress-listen").map(|t| t.trim()) {
             None | Some("") => None,
             Some(text) => Some(text.parse().map_err(|_| {
-                bad("egress-listen", format!("want an address like 127.0.0.1:15002, got {text:?}"))
+                bad("egress-listen", format!("want an address like 127.0.0.1:15102, got {text:?}"))
             })?),
         };
 

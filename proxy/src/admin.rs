@@ -1,6 +1,8 @@
 //! The admin side of the sidecar: the control API (`control_api::ControlPlane`: /metrics,
-//! /live, /ready, /v1/...) on its own small runtime thread, and the engine's window timer
-//! on a thread of its own.
+//! /live, /ready, /v1/...) on `admin.listen` and, when configured, the public listener
+//! (`admin.public_listen`: /metrics, /live and /ready only, for the kubelet's probes and
+//! Prometheus), both on one small runtime thread; and the engine's window timer on a thread
+//! of its own.
 //!
 //! The timer does not share the admin runtime: whatever a request to the admin API costs
 //! (table bodies are parsed on the blocking pool, but a scrape or a burst of connections
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 use admission_core::table::CompiledTable;
 use admission_core::FieldError;
 use control_api::{ControlError, ControlPlane, SidecarView};
-use tokio::sync::oneshot;
+use tokio::sync::watch;
 
 use crate::config::SidecarConfig;
 use crate::shared::Shared;
@@ -35,8 +37,9 @@ pub enum AdminError {
     /// A setting, named by its field (exit 64).
     #[error("{0}")]
     Config(FieldError),
-    #[error("admin.listen {addr}: {source}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    /// A listener could not be bound; `what` names its setting.
+    #[error("{what} {addr}: {source}")]
+    Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
     #[error("{0}")]
     Other(String),
 }
@@ -44,7 +47,8 @@ pub enum AdminError {
 /// The running admin thread and window timer.
 pub struct AdminThread {
     addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
+    public_addr: Option<SocketAddr>,
+    stop: Option<watch::Sender<bool>>,
     thread: Option<JoinHandle<()>>,
     timer: Option<WindowTimer>,
 }
@@ -53,14 +57,18 @@ pub struct AdminThread {
 
 impl AdminThread {
     pub fn start(config: &SidecarConfig, shared: Arc<Shared>) -> Result<Self, AdminError> {
-        let listen = config.admin.listen;
-        let bind_err = |source| AdminError::Bind { addr: listen, source };
-        let std_listener = StdTcpListener::bind(listen).map_err(bind_err)?;
-        std_listener.set_nonblocking(true).map_err(bind_err)?;
-        let addr = std_listener.local_addr().map_err(bind_err)?;
+        let (std_listener, addr) = bind("admin.listen", config.admin.listen)?;
+        // Bound here, before anything reports started: a taken port fails the start (exit 1
+        // naming `admin.public_listen`) instead of leaving every probe refused.
+        let public = config
+            .admin
+            .public_listen
+            .map(|listen| bind("admin.public_listen", listen))
+            .transpose()?;
+        let public_addr = public.as_ref().map(|(_, addr)| *addr);
 
         let admin_config = config.admin.clone();
-        let (stop, stopped) = oneshot::channel::<()>();
+        let (stop, stopped) = watch::channel(false);
         let (started, ready) = mpsc::channel::<Result<(), AdminError>>();
         let timer_shared = shared.clone();
         let thread = std::thread::Builder::new()
@@ -76,10 +84,21 @@ impl AdminThread {
                         }
                     };
                 runtime.block_on(async move {
-                    let listener = match tokio::net::TcpListener::from_std(std_listener) {
+                    let tokio_listener = |what, (listener, addr): (StdTcpListener, SocketAddr)| {
+                        tokio::net::TcpListener::from_std(listener)
+                            .map_err(|source| AdminError::Bind { what, addr, source })
+                    };
+                    let listeners =
+                        tokio_listener("admin.listen", (std_listener, addr)).and_then(|full| {
+                            let public = public
+                                .map(|p| tokio_listener("admin.public_listen", p))
+                                .transpose()?;
+                            Ok((full, public))
+                        });
+                    let (listener, public_listener) = match listeners {
                         Ok(l) => l,
-                        Err(source) => {
-                            let _ = started.send(Err(AdminError::Bind { addr, source }));
+                        Err(e) => {
+                            let _ = started.send(Err(e));
                             return;
                         }
                     };
@@ -103,12 +122,26 @@ impl AdminThread {
                         }
                     };
                     let _ = started.send(Ok(()));
-                    let shutdown = async move {
-                        let _ = stopped.await;
+                    let shutdown = |mut stopped: watch::Receiver<bool>| async move {
+                        let _ = stopped.wait_for(|stop| *stop).await;
                     };
-                    if let Err(e) = plane.serve(listener, shutdown).await {
-                        tracing::error!(error = %e, "admin API stopped");
-                    }
+                    let public = async {
+                        if let Some(listener) = public_listener {
+                            let served =
+                                plane.clone().serve_public(listener, shutdown(stopped.clone()));
+                            if let Err(e) = served.await {
+                                tracing::error!(error = %e, "public listener stopped");
+                            }
+                        }
+                    };
+                    let full = async {
+                        if let Err(e) =
+                            plane.clone().serve(listener, shutdown(stopped.clone())).await
+                        {
+                            tracing::error!(error = %e, "admin API stopped");
+                        }
+                    };
+                    tokio::join!(full, public);
                 });
             })
             .map_err(|e| AdminError::Other(format!("cannot spawn the admin thread: {e}")))?;
@@ -118,11 +151,22 @@ impl AdminThread {
             Err(_) => return Err(AdminError::Other("admin thread died while starting".into())),
         }
         let timer = WindowTimer::start(timer_shared)?;
-        Ok(AdminThread { addr, stop: Some(stop), thread: Some(thread), timer: Some(timer) })
+        Ok(AdminThread {
+            addr,
+            public_addr,
+            stop: Some(stop),
+            thread: Some(thread),
+            timer: Some(timer),
+        })
     }
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Where the public listener (`admin.public_listen`) is bound, when configured.
+    pub fn public_addr(&self) -> Option<SocketAddr> {
+        self.public_addr
     }
 
     pub fn stop(mut self) {
@@ -131,7 +175,7 @@ impl AdminThread {
 
     fn shutdown(&mut self) {
         if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+            let _ = stop.send(true);
         }
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -183,6 +227,18 @@ impl WindowTimer {
         let _ = self.stop.send(());
         let _ = self.thread.join();
     }
+}
+
+/// A non-blocking std listener on `listen` and the address it got (port 0 resolved).
+fn bind(
+    what: &'static str,
+    listen: SocketAddr,
+) -> Result<(StdTcpListener, SocketAddr), AdminError> {
+    let bind_err = |source| AdminError::Bind { what, addr: listen, source };
+    let listener = StdTcpListener::bind(listen).map_err(bind_err)?;
+    listener.set_nonblocking(true).map_err(bind_err)?;
+    let addr = listener.local_addr().map_err(bind_err)?;
+    Ok((listener, addr))
 }
 
 /// The priority table the sidecar starts with (state path, table file, or the built-in).

@@ -70,16 +70,20 @@ pub struct RunArgs {
     /// YAML configuration; without it the embedded default serves.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// Inbound listener address (default 127.0.0.1:15001).
+    /// Inbound listener address (default 127.0.0.1:15101).
     #[arg(long, value_name = "ADDR")]
     pub inbound: Option<SocketAddr>,
     /// The app's address (default 127.0.0.1:8080).
     #[arg(long, value_name = "ADDR")]
     pub app: Option<SocketAddr>,
-    /// Admin API address (default 127.0.0.1:15000).
+    /// Admin API address (default 127.0.0.1:15100).
     #[arg(long, value_name = "ADDR")]
     pub admin: Option<SocketAddr>,
-    /// Egress listener address: enables the egress role (default 127.0.0.1:15002 when
+    /// Public listener address, serving only /metrics, /live and /ready (for probes and
+    /// Prometheus; off unless configured): `admin.public_listen`.
+    #[arg(long, value_name = "ADDR")]
+    pub public: Option<SocketAddr>,
+    /// Egress listener address: enables the egress role (default 127.0.0.1:15102 when
     /// enabled in the config).
     #[arg(long, value_name = "ADDR")]
     pub egress: Option<SocketAddr>,
@@ -92,6 +96,14 @@ pub struct RunArgs {
     /// Priority table file (watched and hot-reloaded).
     #[arg(long, value_name = "FILE")]
     pub table: Option<PathBuf>,
+    /// On SIGTERM, keep serving this long (with /ready failing) before draining:
+    /// `inbound.drain_delay` (for regular sidecars on Kubernetes < 1.30).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub drain_delay: Option<std::time::Duration>,
+}
+
+fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    humantime::parse_duration(s).map_err(|e| e.to_string())
 }
 
 /// Parses `args` and runs the command.
@@ -225,10 +237,12 @@ pub fn resolve(args: &RunArgs) -> Result<SidecarConfig, String> {
         inbound: args.inbound,
         app: args.app,
         admin: args.admin,
+        public: args.public,
         max_inflight: args.max_inflight,
         entry: args.entry,
         table: args.table.clone(),
         egress: args.egress,
+        drain_delay: args.drain_delay,
     };
     config.apply(&overrides).map_err(|e| e.to_string())?;
     // The files the settings name, checked before anything starts or logs.

@@ -60,6 +60,12 @@ pub struct InboundConfig {
     /// On SIGTERM, how long in-flight and queued requests may take to finish.
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
+    /// On SIGTERM, how long to keep accepting and serving (with `/ready` failing) before the
+    /// drain starts: for regular sidecars on Kubernetes < 1.30 (no native sidecars, no
+    /// preStop `sleep`), which get SIGTERM while callers still route to the pod. 0 = drain at
+    /// once. The shutdown grace starts after it.
+    #[serde(with = "humantime_serde")]
+    pub drain_delay: Duration,
     /// Entry role: replace client-sent priority headers with ones from the priority table.
     pub entry: bool,
     /// Entry role: keep the user-id header on the forwarded request.
@@ -164,11 +170,15 @@ pub struct Overrides {
     pub inbound: Option<SocketAddr>,
     pub app: Option<SocketAddr>,
     pub admin: Option<SocketAddr>,
+    /// `--public ADDR`: `admin.public_listen`.
+    pub public: Option<SocketAddr>,
     pub max_inflight: Option<usize>,
     pub entry: bool,
     pub table: Option<PathBuf>,
     /// `--egress ADDR`: enables the egress role on ADDR.
     pub egress: Option<SocketAddr>,
+    /// `--drain-delay DURATION`: `inbound.drain_delay`.
+    pub drain_delay: Option<Duration>,
 }
 
 mod defaults;
@@ -209,6 +219,9 @@ impl SidecarConfig {
         if let Some(a) = o.admin {
             self.admin.listen = a;
         }
+        if let Some(a) = o.public {
+            self.admin.public_listen = Some(a);
+        }
         if let Some(n) = o.max_inflight {
             self.inbound.max_inflight = n;
         }
@@ -221,6 +234,9 @@ impl SidecarConfig {
         if let Some(a) = o.egress {
             self.egress.enabled = true;
             self.egress.listen = a;
+        }
+        if let Some(d) = o.drain_delay {
+            self.inbound.drain_delay = d;
         }
         self.validate()
     }

@@ -1,8 +1,9 @@
 //! The hyper data plane's lifecycle: its runtimes, the listeners bound before `start`
 //! returns (port 0 resolved, no rebind race), and the stop: on a graceful stop
-//! (`Sidecar::stop` or SIGTERM) accepting ends, `/ready` turns false and every connection is
-//! asked to finish; the sidecar then waits for the last active request (at most
-//! `shutdown_grace`) and drops the runtimes. SIGINT (or a fast stop) drops them at once.
+//! (`Sidecar::stop` or SIGTERM) `/ready` turns false at once; after `drain_delay` (0 by
+//! default) accepting ends and every connection is asked to finish; the sidecar then waits
+//! for the last active request (at most `shutdown_grace`) and drops the runtimes. SIGINT (or
+//! a fast stop) drops them at once, during the delay too.
 //!
 //! Two runtime flavours (`inbound.work_stealing`):
 //! - one runtime per worker thread (the default): each thread has its own current-thread
@@ -14,6 +15,7 @@
 use std::net::SocketAddr;
 use std::sync::mpsc;
 use std::sync::Arc;
+use std::time::Duration;
 
 use socket2::{Domain, Socket, Type};
 use tokio::runtime::Runtime;
@@ -33,6 +35,8 @@ const BACKLOG: i32 = 1024;
 pub(crate) struct HyperPlane {
     runtimes: Runtimes,
     stopped: mpsc::Receiver<StopKind>,
+    /// Signalled once the stop watcher listens for SIGTERM/SIGINT (at once without them).
+    armed: mpsc::Receiver<()>,
 }
 
 enum Runtimes {
@@ -61,7 +65,10 @@ impl HyperPlane {
         let settings = Arc::new(ConnSettings::from_config(inbound_config));
         let (drain, draining) = watch::channel(false);
         let (stopped_tx, stopped) = mpsc::channel();
-        let stop_watch = stop_watcher(stop, os_signals, shared.clone(), drain, stopped_tx);
+        let (armed_tx, armed) = mpsc::channel();
+        let delay = inbound_config.drain_delay;
+        let stop_watch =
+            stop_watcher(stop, os_signals, delay, shared.clone(), drain, stopped_tx, armed_tx);
         let inbound = || {
             Inbound::new(config, shared.clone(), metrics.clone())
                 .map(Arc::new)
@@ -83,7 +90,7 @@ impl HyperPlane {
             runtime.spawn(accept_loop(listener, inbound()?, settings, draining));
             runtime.spawn(stop_watch);
             let runtimes = Runtimes::WorkStealing(Some(runtime));
-            return Ok((HyperPlane { runtimes, stopped }, addr));
+            return Ok((HyperPlane { runtimes, stopped, armed }, addr));
         }
 
         let mut stops = Vec::with_capacity(threads);
@@ -115,7 +122,13 @@ impl HyperPlane {
                 .map_err(|e| StartError::Other(format!("cannot spawn an inbound thread: {e}")))?;
             stops.push(stop_thread);
         }
-        Ok((HyperPlane { runtimes: Runtimes::PerThread(stops), stopped }, addr))
+        Ok((HyperPlane { runtimes: Runtimes::PerThread(stops), stopped, armed }, addr))
+    }
+
+    /// Waits (at most `within`) until SIGTERM and SIGINT are handled, so a signal that
+    /// follows the start is a graceful (or fast) stop, never the default action (death).
+    pub(crate) fn wait_armed(&self, within: std::time::Duration) -> bool {
+        self.armed.recv_timeout(within).is_ok()
     }
 
     /// Blocks until a stop was asked for; a graceful one has already stopped accepting.
@@ -154,17 +167,39 @@ impl Drop for HyperPlane {
     }
 }
 
-/// Waits for a stop request (and, for `weir run`, SIGTERM/SIGINT); a graceful one starts
-/// the drain. Reports the kind to [`HyperPlane::wait_stop`].
+/// Waits for a stop request (and, for `weir run`, SIGTERM/SIGINT); a graceful one fails
+/// `/ready`, serves on for `drain_delay`, then starts the drain. Reports the kind to
+/// [`HyperPlane::wait_stop`] once accepting has stopped.
 async fn stop_watcher(
-    stop: watch::Receiver<Option<StopKind>>,
+    mut stop: watch::Receiver<Option<StopKind>>,
     os_signals: bool,
+    drain_delay: Duration,
     shared: Arc<Shared>,
     drain: watch::Sender<bool>,
     stopped: mpsc::Sender<StopKind>,
+    armed: mpsc::Sender<()>,
 ) {
-    let requested = shutdown::requested(stop);
-    let kind = if os_signals { shutdown::os_or(requested).await } else { requested.await };
+    let requested = shutdown::requested(&mut stop);
+    let mut kind = if os_signals {
+        shutdown::os_or(requested, || {
+            let _ = armed.send(());
+        })
+        .await
+    } else {
+        let _ = armed.send(());
+        requested.await
+    };
+    if kind == StopKind::Graceful {
+        shared.stop_ready();
+        if !drain_delay.is_zero() {
+            tracing::info!(
+                delay = ?drain_delay,
+                active = shared.active(),
+                "stopping: /ready fails; still serving for inbound.drain_delay"
+            );
+            kind = shutdown::drain_delay(drain_delay, &mut stop, os_signals).await;
+        }
+    }
     if kind == StopKind::Graceful {
         tracing::info!(active = shared.active(), "draining: stopped accepting");
         shared.start_draining();

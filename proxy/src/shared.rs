@@ -23,6 +23,11 @@ pub struct Shared {
     pub app_time: AppTime,
     /// Requests inside the sidecar (from the first phase to logging).
     pub(crate) active: AtomicUsize,
+    /// What `/ready` answers: set once every listener is bound and the inbound one accepts
+    /// (the table is loaded before any of them), cleared for good at a graceful stop,
+    /// before the drain delay, while weir still serves.
+    pub(crate) ready: AtomicBool,
+    /// Set when the inbound listener stops accepting (after the drain delay).
     pub(crate) draining: AtomicBool,
 }
 
@@ -52,7 +57,22 @@ impl Shared {
         self.control.tick(&self.engine, &self.limit);
     }
 
+    /// Whether `/ready` answers 200 (see [`Shared::ready`]'s field).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Acquire)
+    }
+
+    pub(crate) fn set_started(&self) {
+        self.ready.store(true, Release);
+    }
+
+    /// A graceful stop began: `/ready` fails from now on, whatever else happens.
+    pub(crate) fn stop_ready(&self) {
+        self.ready.store(false, Release);
+    }
+
     pub(crate) fn start_draining(&self) {
+        self.stop_ready();
         self.draining.store(true, Release);
     }
 }
@@ -76,6 +96,6 @@ impl SidecarView for Shared {
     }
 
     fn ready(&self) -> bool {
-        !self.draining()
+        self.is_ready() && !self.draining()
     }
 }

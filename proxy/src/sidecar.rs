@@ -49,9 +49,7 @@ impl From<crate::admin::AdminError> for StartError {
         use crate::admin::AdminError;
         match e {
             AdminError::Config(f) => StartError::Config { field: f.path, message: f.message },
-            AdminError::Bind { addr, source } => {
-                StartError::Bind { what: "admin.listen", addr, source }
-            }
+            AdminError::Bind { what, addr, source } => StartError::Bind { what, addr, source },
             AdminError::Other(m) => StartError::Other(m),
         }
     }
@@ -100,6 +98,7 @@ impl Sidecar {
             table: TableStore::new(table),
             app_time: AppTime::with_cap(config.inbound.task_timeout),
             active: AtomicUsize::new(0),
+            ready: AtomicBool::new(false),
             draining: AtomicBool::new(false),
         });
 
@@ -125,7 +124,14 @@ impl Sidecar {
             egress,
         };
         sidecar.wait_listening()?;
-        tracing::info!(inbound = %inbound_addr, admin = %admin_addr, app = %config.inbound.app, "weir started");
+        // Ready only once SIGTERM drains: before the handler is installed, a SIGTERM right
+        // after the first successful probe would kill the process outright.
+        if !sidecar.plane.wait_armed(LISTENER_READY_TIMEOUT) {
+            return Err(StartError::Other("the stop watcher did not start".into()));
+        }
+        sidecar.shared.set_started();
+        let public = sidecar.public_addr().map(|a| a.to_string()).unwrap_or_else(|| "off".into());
+        tracing::info!(inbound = %inbound_addr, admin = %admin_addr, public, app = %config.inbound.app, "weir started");
         Ok(sidecar)
     }
 
@@ -135,6 +141,11 @@ impl Sidecar {
 
     pub fn admin_addr(&self) -> SocketAddr {
         self.admin_addr
+    }
+
+    /// The public listener (`admin.public_listen`: /metrics, /live, /ready), when configured.
+    pub fn public_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().and_then(AdminThread::public_addr)
     }
 
     /// The egress role, when enabled.

@@ -11,7 +11,7 @@
 //! - Marked: every attempt carries the class (`x-business-priority`) it was given.
 //!
 //! Run against a weir egress or inbound listener:
-//! `cargo run -p weir-tests --example polite_client -- http://127.0.0.1:15002/path 3`
+//! `cargo run -p weir-tests --example polite_client -- http://127.0.0.1:15102/path 3`
 #![allow(dead_code)] // also compiled into tests/tests/egress_polite_client.rs
 
 use std::time::{Duration, Instant};
@@ -171,7 +171,7 @@ impl PoliteClient {
 #[tokio::main(flavor = "current_thread")]
 async fn main() {
     let mut args = std::env::args().skip(1);
-    let url = args.next().unwrap_or_else(|| "http://127.0.0.1:15002/".into());
+    let url = args.next().unwrap_or_else(|| "http://127.0.0.1:15102/".into());
     let business = args.next().unwrap_or_else(|| "0".into());
     let client = PoliteClient::new(Policy::default());
     let outcome = client

@@ -35,7 +35,7 @@ fn config_check_agrees_with_weir_run() {
         "inbound:\n  headers:\n    level: 'content-length'\n",
         "admission:\n  window_requests: 0\n",
         "admission:\n  law: pid\n",
-        "admin:\n  listen: localhost:15000\n",
+        "admin:\n  listen: localhost:15100\n",
         "log:\n  filter: '[='\n",
         "- not\n- a mapping\n",
     ];

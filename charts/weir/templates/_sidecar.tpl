@@ -58,6 +58,15 @@ true
 {{- $v := $.Values -}}
 {{- $sc := $v.sidecar -}}
 {{- $public := include "weir.portOf" $v.config.admin.public_listen | int -}}
+{{- /*
+How a regular sidecar keeps serving while its endpoint removal propagates: the kubelet's
+preStop sleep action on Kubernetes >= 1.30, weir's own drain delay (--drain-delay: /ready
+fails, the listener stays open) before that. Native sidecars stop after the app and need
+neither.
+*/}}
+{{- $delay := and (not .native) (gt (int $sc.preStopSleepSeconds) 0) -}}
+{{- $preStopSleep := and $delay (semverCompare ">=1.30.0-0" $.Capabilities.KubeVersion.Version) -}}
+{{- $drainDelay := and $delay (not $preStopSleep) -}}
 name: {{ $sc.name }}
 image: {{ include "weir.image" $ | quote }}
 imagePullPolicy: {{ $v.image.pullPolicy }}
@@ -71,6 +80,11 @@ args:
   - run
   - --config
   - {{ include "weir.path.config" $ }}
+  {{- if $drainDelay }}
+  # No preStop sleep before Kubernetes 1.30: weir delays its own drain.
+  - --drain-delay
+  - {{ printf "%ds" (int $sc.preStopSleepSeconds) }}
+  {{- end }}
 env:
   - name: RUST_LOG
     value: {{ $sc.logLevel | quote }}
@@ -118,7 +132,7 @@ A regular sidecar gets SIGTERM together with the app; the preStop sleep keeps
 weir serving while the endpoint removal propagates. weir then drains for
 inbound.shutdown_grace. A native sidecar is stopped after the app exits.
 */}}
-{{- if and (not .native) (gt (int $sc.preStopSleepSeconds) 0) (semverCompare ">=1.30.0-0" $.Capabilities.KubeVersion.Version) }}
+{{- if $preStopSleep }}
 lifecycle:
   preStop:
     sleep:
@@ -193,9 +207,16 @@ volumeMounts:
 {{- end }}
 {{- end -}}
 
-{{/* Pod labels for pods running the sidecar (the PodMonitor selects them). */}}
+{{/*
+Pod labels for pods running the sidecar: the PodMonitor and the NetworkPolicy select on
+weir.dev/sidecar; entries (config.inbound.entry) carry weir.dev/entry, which the
+NetworkPolicy leaves open to callers outside the mesh.
+*/}}
 {{- define "weir.podLabels" -}}
 weir.dev/sidecar: weir
+{{- if .Values.config.inbound.entry }}
+weir.dev/entry: "true"
+{{- end }}
 {{- end -}}
 
 {{/*

@@ -268,18 +268,25 @@ def check_sidecar(case: Case, config: dict, where: str, spec: dict) -> None:
     assert "RUST_LOG" in env, f"{where}: RUST_LOG missing"
     assert sidecar["resources"].get("requests"), f"{where}: no resource requests"
 
-    # Drain: preStop sleep only for a regular sidecar on >= 1.30.
+    # Drain: a regular sidecar keeps serving while its endpoint removal propagates: a preStop
+    # sleep on >= 1.30, weir's own --drain-delay before (no sleep action); a native one needs
+    # neither (it stops after the app).
     major, minor = (int(x) for x in case.kube_version.split(".")[:2])
     pre_stop = sidecar.get("lifecycle", {}).get("preStop")
-    if native or (major, minor) < (1, 30):
-        assert pre_stop is None, f"{where}: unexpected preStop {pre_stop}"
+    drain_delay = args[args.index("--drain-delay") + 1] if "--drain-delay" in args else None
+    if native:
+        assert pre_stop is None and drain_delay is None, f"{where}: native sidecar with preStop {pre_stop} / drain delay {drain_delay}"
+    elif (major, minor) < (1, 30):
+        assert pre_stop is None, f"{where}: unexpected preStop {pre_stop} (no sleep action before 1.30)"
+        assert drain_delay and re.fullmatch(r"[1-9]\d*s", drain_delay), f"{where}: regular sidecar on {case.kube_version} needs --drain-delay"
     else:
         assert pre_stop and pre_stop["sleep"]["seconds"] > 0, f"{where}: regular sidecar needs a preStop sleep"
+        assert drain_delay is None, f"{where}: preStop sleep and --drain-delay both set"
     grace = spec.get("terminationGracePeriodSeconds")
     shutdown = config["inbound"].get("shutdown_grace", "0s")
     if grace is not None and re.fullmatch(r"\d+s", shutdown):
-        sleep = pre_stop["sleep"]["seconds"] if pre_stop else 0
-        assert grace > sleep + int(shutdown[:-1]), f"{where}: grace {grace}s <= preStop {sleep}s + shutdown_grace {shutdown}"
+        sleep = (pre_stop["sleep"]["seconds"] if pre_stop else 0) + (int(drain_delay[:-1]) if drain_delay else 0)
+        assert grace > sleep + int(shutdown[:-1]), f"{where}: grace {grace}s <= preStop/drain delay {sleep}s + shutdown_grace {shutdown}"
 
     # Every mount has a pod volume; secrets are read-only; file paths in the
     # config live under the matching mounts.
@@ -370,6 +377,8 @@ def check_invariants(case: Case) -> None:
 
     if injector:
         check_injector(case)
+    for policy in by_kind(case, "NetworkPolicy"):
+        check_network_policy(case, policy)
     for rule in by_kind(case, "PrometheusRule"):
         check_rules(rule)
     for cm in by_kind(case, "ConfigMap"):
@@ -420,6 +429,48 @@ def check_injector(case: Case) -> None:
     if pdbs:
         assert pdbs[0]["spec"]["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items(), "PDB selects no injector pod"
         assert replicas > pdbs[0]["spec"]["minAvailable"], "a PDB as large as the replica count blocks every drain"
+
+
+def selects(selector: dict, labels: dict) -> bool:
+    """A LabelSelector (matchLabels, matchExpressions In/NotIn/Exists/DoesNotExist) on `labels`."""
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for e in selector.get("matchExpressions", []):
+        value, present = labels.get(e["key"]), e["key"] in labels
+        ok = {"In": present and value in e.get("values", []), "NotIn": not present or value not in e.get("values", []),
+              "Exists": present, "DoesNotExist": not present}[e["operator"]]
+        if not ok:
+            return False
+    return True
+
+
+def check_network_policy(case: Case, policy: dict) -> None:
+    """The no-mesh NetworkPolicy: opens only weir's two named ports of non-entry weir pods,
+    the inbound one to weir pods only; never an empty `from` (which admits everyone)."""
+    where = f"NetworkPolicy/{policy['metadata']['name']}"
+    spec = policy["spec"]
+    assert spec["policyTypes"] == ["Ingress"], f"{where}: policyTypes {spec['policyTypes']}"
+    for rule in spec["ingress"]:
+        assert rule.get("from"), f"{where}: a rule without `from` admits every source"
+        ports = [p["port"] for p in rule["ports"]]
+        assert ports in (["weir-inbound"], ["weir-metrics"]), f"{where}: opens {ports}"
+        if ports == ["weir-inbound"]:
+            weir_peer = rule["from"][0]
+            assert weir_peer["podSelector"]["matchLabels"] == {"weir.dev/sidecar": "weir"}, f"{where}: inbound from {weir_peer}"
+    # Rendered pods: inner hops selected, entries not; the named ports exist on the selected.
+    for dep in by_kind(case, "Deployment"):
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        if labels.get("weir.dev/sidecar") != "weir":
+            assert not selects(spec["podSelector"], labels), f"{where} selects Deployment/{dep['metadata']['name']} (no weir)"
+            continue
+        entry = labels.get("weir.dev/entry") == "true"
+        assert selects(spec["podSelector"], labels) != entry, f"{where}: entry={entry} Deployment/{dep['metadata']['name']} selected wrongly"
+    # And the weir.dev/entry label follows config.inbound.entry.
+    config = weir_config(case)
+    for dep in by_kind(case, "Deployment"):
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        if labels.get("weir.dev/sidecar") == "weir":
+            assert (labels.get("weir.dev/entry") == "true") == bool(config["inbound"]["entry"]), f"{where}: entry label"
 
 
 def check_rules(rule: dict) -> None:
@@ -476,6 +527,13 @@ def check_versions() -> None:
     assert chart["apiVersion"] == "v2"
     assert chart["kubeVersion"].startswith(">=1.25"), chart["kubeVersion"]
     assert values["image"]["tag"] == chart["appVersion"], "values image.tag must equal Chart.yaml appVersion"
+    # The image scripts/image builds by default (the Dockerfile's VERSION) is what the chart pulls.
+    cargo = (REPO / "Cargo.toml").read_text()
+    version = re.search(r'(?ms)^\[workspace\.package\].*?^version = "([^"]+)"', cargo).group(1)
+    assert chart["appVersion"] == version, f"Chart.yaml appVersion {chart['appVersion']} != workspace version {version}"
+    dockerfile = (REPO / "Dockerfile").read_text()
+    assert f"ARG VERSION={version}" in dockerfile, "Dockerfile VERSION differs from the workspace version"
+    assert values["image"]["repository"] == "weir", "scripts/image tags weir:<version>; values image.repository differs"
     example = yaml.load((CHARTS / "weir-example" / "Chart.yaml").read_text(), Loader=Loader)
     dep = one([d for d in example["dependencies"] if d["name"] == "weir"], "weir dependency")
     assert dep["version"] == chart["version"], "weir-example depends on another weir version"
@@ -486,18 +544,18 @@ REJECTED = [
     ("string-for-integer", ["--set-json", 'config.inbound.max_inflight="many"'], "max_inflight"),
     ("string-for-boolean", ["--set-json", 'injector.enabled="yes"'], "enabled"),
     ("bad-native-mode", ["--set", "sidecar.native=sometimes"], "native"),
-    ("hostname-listen", ["--set", "config.admin.listen=localhost:15000"], "listen"),
+    ("hostname-listen", ["--set", "config.admin.listen=localhost:15100"], "listen"),
     ("business-out-of-range", ["--set", "table.default_business=300"], "default_business"),
     ("unknown-config-key", ["--set", "config.inbound.lisen=0.0.0.0:1"], "lisen"),
     ("bad-duration", ["--set", "config.inbound.task_timeout=soon"], "task_timeout"),
     ("bad-law", ["--set", "config.admission.law=pid"], "law"),
     ("root-user", ["--set", "sidecar.runAsUser=0"], "runAsUser"),
     ("rule-without-business", ["--set-json", 'table.rules=[{"name":"x","match":{"path":"/x"}}]'], "business"),
-    ("port-collision", ["--set", "config.admin.public_listen=0.0.0.0:15001"], "distinct ports"),
+    ("port-collision", ["--set", "config.admin.public_listen=0.0.0.0:15101"], "distinct ports"),
     ("injector-partial-tls", ["--set", "injector.tls.crt=x"], "set crt, key and caBundle together"),
     ("injector-pdb-not-a-number", ["--set", "injector.podDisruptionBudget.minAvailable=half"], "minAvailable"),
     ("injector-negative-replicas", ["--set", "injector.replicas=-1"], "replicas"),
-    ("egress-listen-not-loopback", ["--set", "injector.egressListen=0.0.0.0:15002"], "egressListen"),
+    ("egress-listen-not-loopback", ["--set", "injector.egressListen=0.0.0.0:15102"], "egressListen"),
     ("native-on-1.27", ["--kube-version", "1.27.0", "--set", "sidecar.native=true"], "needs Kubernetes >= 1.28"),
 ]
 
@@ -528,7 +586,7 @@ def check_single_injector_has_no_pdb(helm: Helm) -> None:
 
 def check_egress_listen(helm: Helm) -> None:
     """injector.egressListen reaches the template the injector reads (and only when set)."""
-    for extra, want in (([], "127.0.0.1:15002"), (["--set", "injector.egressListen=127.0.0.9:15099"], "127.0.0.9:15099"),
+    for extra, want in (([], "127.0.0.1:15102"), (["--set", "injector.egressListen=127.0.0.9:15199"], "127.0.0.9:15199"),
                         (["--set", "injector.egressListen="], None)):
         out = helm.template("weir", "1.33.0", *extra)
         assert out.returncode == 0, out.stderr
@@ -544,6 +602,26 @@ def check_given_secrets(helm: Helm) -> None:
     token = secrets["demo-weir-token"]
     assert base64.b64decode(token["data"]["token"]) == b"s3cr3t-token-value"
     assert "annotations" not in token["metadata"], "a given token must not be marked generated"
+
+
+# === Pod simulator ===
+
+
+class Skip(Exception):
+    """A check that cannot run here (outside CI only)."""
+
+
+def check_pods(cases: list[Case], weir: Path, scratch: Path) -> None:
+    """Runs every rendered and injected pod (pod_sim.py) and prints its table."""
+    rendered = scratch / "pod-sim-rendered.json"
+    rendered.write_text(json.dumps([[c.name, c.kube_version, c.objects] for c in cases]))
+    out = subprocess.run([sys.executable, str(Path(__file__).parent / "pod_sim.py"), "run", "--weir", str(weir),
+                          "--scratch", str(scratch / "pod-sim"), "--rendered", str(rendered)],
+                         capture_output=True, text=True, check=False, timeout=600)
+    if out.returncode == 77 and not os.environ.get("CI"):
+        raise Skip(out.stderr.strip())
+    print(out.stdout, end="", flush=True)
+    assert out.returncode == 0, f"pod simulator: rc {out.returncode}\n{out.stderr.strip()[-2000:]}"
 
 
 # === Runner ===
@@ -590,6 +668,9 @@ def main() -> int:
         try:
             fn()
             return name, None
+        except Skip as e:
+            print(f"skip {name}: {e}")
+            return name, None
         except AssertionError as e:
             return name, str(e) or traceback.format_exc()
         except Exception:
@@ -616,6 +697,9 @@ def main() -> int:
     results.append(run(("helm upgrade keeps the generated injector certificate (fake API server, --dry-run=server)",
                         lambda: inject_checks.check_generated_tls_kept_on_upgrade(
                             helm.run, CHARTS / "weir", RELEASE["weir"], rendered["weir__default"], args.scratch, NAMESPACE))))
+    if not update:
+        results.append(run(("pod simulator: every rendered and injected pod starts, passes its probes, serves and stops",
+                            lambda: check_pods([c for c in cases if c.objects], weir, args.scratch))))
     stale = sorted({p.name for p in GOLDEN.glob("*.yaml")} - {f"{c.name}.yaml" for c in cases})
     if update:
         for name in stale:

@@ -9,7 +9,7 @@ fn template(placement: &str, egress: Option<&str>) -> Template {
     let native = placement == "initContainers";
     let container = format!(
         "name: weir-proxy\nimage: weir:0.1.0\n{}args: [run, --config, /etc/weir/config.yaml]\n\
-         ports:\n  - {{name: weir-inbound, containerPort: 15001}}\n  - {{name: weir-metrics, containerPort: 15020}}\n",
+         ports:\n  - {{name: weir-inbound, containerPort: 15101}}\n  - {{name: weir-metrics, containerPort: 15120}}\n",
         if native { "restartPolicy: Always\n" } else { "" }
     );
     let mut files: BTreeMap<String, String> = [
@@ -169,7 +169,7 @@ fn bad_overrides_and_conflicts_mean_no_sidecar_and_a_warning() {
     let cases = [
         (json!({"weir.dev/app-port": "http"}), "weir.dev/app-port"),
         (json!({"weir.dev/app-port": "0"}), "weir.dev/app-port"),
-        (json!({"weir.dev/app-port": "15001"}), "a port weir listens on"),
+        (json!({"weir.dev/app-port": "15101"}), "a port weir listens on"),
         (json!({"weir.dev/max-inflight": "0"}), "weir.dev/max-inflight"),
         (json!({"weir.dev/max-inflight": "-3"}), "weir.dev/max-inflight"),
         (json!({"weir.dev/entry": "sometimes"}), "weir.dev/entry"),
@@ -185,8 +185,8 @@ fn bad_overrides_and_conflicts_mean_no_sidecar_and_a_warning() {
     host["spec"]["hostNetwork"] = json!(true);
     assert!(plan_ns(&host, &t).warnings[0].contains("hostNetwork"));
     let mut taken = pod(json!({}));
-    taken["spec"]["containers"][0]["ports"] = json!([{"containerPort": 15020}]);
-    assert!(plan_ns(&taken, &t).warnings[0].contains("port 15020"));
+    taken["spec"]["containers"][0]["ports"] = json!([{"containerPort": 15120}]);
+    assert!(plan_ns(&taken, &t).warnings[0].contains("port 15120"));
     let mut clash = pod(json!({}));
     clash["spec"]["volumes"] = json!([{"name": "weir-config", "emptyDir": {}}]);
     assert!(plan_ns(&clash, &t).warnings[0].contains("volume named weir-config"));
@@ -212,7 +212,7 @@ fn already_injected_is_left_alone_wherever_the_sidecar_sits() {
 
 #[test]
 fn egress_sets_the_flag_and_http_proxy_unless_the_app_set_it() {
-    let t = template("initContainers", Some("127.0.0.1:15002"));
+    let t = template("initContainers", Some("127.0.0.1:15102"));
     let mut p = pod(json!({"weir.dev/egress": "true"}));
     p["spec"]["containers"] = json!([
         {"name": "app"},
@@ -220,14 +220,14 @@ fn egress_sets_the_flag_and_http_proxy_unless_the_app_set_it() {
     ]);
     let d = plan_ns(&p, &t);
     assert_eq!(d.outcome, Outcome::Injected);
-    assert!(container_args(&d).ends_with(&["--egress".to_string(), "127.0.0.1:15002".to_string()]));
+    assert!(container_args(&d).ends_with(&["--egress".to_string(), "127.0.0.1:15102".to_string()]));
     let env: Vec<(&str, &Value)> = d
         .patch
         .iter()
         .filter(|o| o.path.contains("/env"))
         .map(|o| (o.path.as_str(), &o.value))
         .collect();
-    let proxy = "http://127.0.0.1:15002";
+    let proxy = "http://127.0.0.1:15102";
     assert_eq!(
         env,
         [(
@@ -254,7 +254,7 @@ fn egress_sets_the_flag_and_http_proxy_unless_the_app_set_it() {
         .collect();
     assert_eq!(env, ["HTTP_PROXY", "http_proxy"]);
     // The egress port is weir's too: an app cannot be pointed at it.
-    let d = plan_ns(&pod(json!({"weir.dev/app-port": "15002"})), &t);
+    let d = plan_ns(&pod(json!({"weir.dev/app-port": "15102"})), &t);
     assert!(d.warnings[0].contains("a port weir listens on"), "{:?}", d.warnings);
     // Without an egress listener in the template: injected without egress, and told so.
     let d = plan_ns(&pod(json!({"weir.dev/egress": "true"})), &template("initContainers", None));

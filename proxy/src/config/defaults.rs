@@ -9,7 +9,7 @@ use super::{
 impl Default for InboundConfig {
     fn default() -> Self {
         InboundConfig {
-            listen: ([127, 0, 0, 1], 15001).into(),
+            listen: ([127, 0, 0, 1], 15101).into(),
             app: ([127, 0, 0, 1], 8080).into(),
             app_protocol: AppProtocol::Auto,
             max_inflight: 256,
@@ -19,6 +19,7 @@ impl Default for InboundConfig {
             overload_max_wait: Duration::from_millis(30),
             retry_after: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
+            drain_delay: Duration::ZERO,
             entry: false,
             forward_user_id: false,
             default_priority: None,

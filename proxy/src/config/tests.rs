@@ -3,9 +3,9 @@ use super::*;
 #[test]
 fn embedded_default_parses_with_documented_defaults() {
     let c = SidecarConfig::load(None).expect("embedded default is valid");
-    assert_eq!(c.inbound.listen, "127.0.0.1:15001".parse().unwrap());
+    assert_eq!(c.inbound.listen, "127.0.0.1:15101".parse().unwrap());
     assert_eq!(c.inbound.app, "127.0.0.1:8080".parse().unwrap());
-    assert_eq!(c.admin.listen, "127.0.0.1:15000".parse().unwrap());
+    assert_eq!(c.admin.listen, "127.0.0.1:15100".parse().unwrap());
     assert_eq!(c.inbound.task_timeout, Duration::from_millis(500));
     assert!(!c.inbound.entry);
     assert_eq!(c.inbound.headers.business, "x-business-priority");

@@ -56,6 +56,7 @@ impl SidecarConfig {
             ("inbound.overload_max_wait", i.overload_max_wait, true),
             ("inbound.retry_after", i.retry_after, true),
             ("inbound.shutdown_grace", i.shutdown_grace, true),
+            ("inbound.drain_delay", i.drain_delay, true),
             ("inbound.timeouts.header_read", i.timeouts.header_read, false),
             ("inbound.timeouts.idle", i.timeouts.idle, false),
             ("inbound.timeouts.body_read", i.timeouts.body_read, false),
@@ -74,6 +75,7 @@ impl SidecarConfig {
         if i.listen == i.app {
             return bad("inbound.app", "must differ from inbound.listen");
         }
+        self.check_listeners_distinct()?;
         if let Some(p) = &i.default_priority {
             if AdmissionLevel::parse(p.as_bytes()).is_err() {
                 return bad("inbound.default_priority", "expected `B.U` with B <= 255, U <= 127");
@@ -111,6 +113,38 @@ impl SidecarConfig {
         }
         if tracing_subscriber::EnvFilter::try_new(&self.log.filter).is_err() {
             return bad("log.filter", "not a valid filter directive");
+        }
+        Ok(())
+    }
+}
+
+/// Whether two listen addresses would claim the same socket (same port, and the same address
+/// or either one the wildcard). Port 0 never clashes: the kernel picks a free port.
+fn overlaps(a: std::net::SocketAddr, b: std::net::SocketAddr) -> bool {
+    a.port() != 0
+        && a.port() == b.port()
+        && (a.ip() == b.ip() || a.ip().is_unspecified() || b.ip().is_unspecified())
+}
+
+impl SidecarConfig {
+    /// weir's own listeners must not claim each other's ports: the second bind would fail at
+    /// start (or, with `SO_REUSEPORT` on the inbound listener, share its port).
+    fn check_listeners_distinct(&self) -> Result<(), FieldError> {
+        let mut listeners =
+            vec![("inbound.listen", self.inbound.listen), ("admin.listen", self.admin.listen)];
+        if let Some(public) = self.admin.public_listen {
+            listeners.push(("admin.public_listen", public));
+        }
+        if self.egress.enabled {
+            listeners.push(("egress.listen", self.egress.listen));
+        }
+        for (k, (field, addr)) in listeners.iter().enumerate() {
+            if let Some((other, _)) = listeners[..k].iter().find(|(_, a)| overlaps(*a, *addr)) {
+                return Err(FieldError::new(
+                    *field,
+                    format!("{addr} takes the port of {other}; give each listener its own port"),
+                ));
+            }
         }
         Ok(())
     }
@@ -228,6 +262,7 @@ mod tests {
             ),
             ("inbound:\n  task_timeout: 100days\n", "inbound.task_timeout"),
             ("inbound:\n  shutdown_grace: 2h\n", "inbound.shutdown_grace"),
+            ("inbound:\n  drain_delay: 2h\n", "inbound.drain_delay"),
             ("inbound:\n  timeouts:\n    idle: 0s\n", "inbound.timeouts.idle"),
             ("admission:\n  window: 2h\n", "admission.window"),
             ("admin:\n  max_body_bytes: 0\n", "admin.max_body_bytes"),
@@ -238,6 +273,27 @@ mod tests {
             let e = SidecarConfig::from_yaml(yaml).unwrap_err();
             assert_eq!(e.path, field, "{yaml}: {e}");
         }
+    }
+
+    #[test]
+    fn listeners_need_their_own_ports() {
+        for (yaml, field) in [
+            ("admin:\n  public_listen: 0.0.0.0:15100\n", "admin.public_listen"),
+            (
+                "inbound:\n  listen: 0.0.0.0:7000\nadmin:\n  listen: 127.0.0.1:7000\n",
+                "admin.listen",
+            ),
+            ("egress:\n  enabled: true\n  listen: 127.0.0.1:15101\n", "egress.listen"),
+        ] {
+            let e = SidecarConfig::from_yaml(yaml).unwrap_err();
+            assert_eq!(e.path, field, "{yaml}: {e}");
+        }
+        // Different addresses on one port, and port 0 anywhere, are fine.
+        SidecarConfig::from_yaml("inbound:\n  listen: 127.0.0.2:15100\n").unwrap();
+        SidecarConfig::from_yaml(
+            "inbound:\n  listen: 127.0.0.1:0\nadmin:\n  listen: 127.0.0.1:0\n  public_listen: 0.0.0.0:0\n",
+        )
+        .unwrap();
     }
 
     #[test]

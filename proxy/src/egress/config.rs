@@ -93,7 +93,7 @@ impl Default for EgressConfig {
     fn default() -> Self {
         EgressConfig {
             enabled: false,
-            listen: ([127, 0, 0, 1], 15002).into(),
+            listen: ([127, 0, 0, 1], 15102).into(),
             routes: Vec::new(),
             level_expiry: DEFAULT_EXPIRY,
             max_authorities: DEFAULT_MAX_AUTHORITIES,
