@@ -243,7 +243,7 @@ impl Rejection {
 impl Egress {
     /// Binds `egress.listen` and every route's listener (port 0: an ephemeral port, see
     /// [`Egress::addr`]) and starts serving on `egress.threads` threads. `others` are the
-    /// process's other listeners as bound (inbound, admin): with the egress's own, requests
+    /// process's other listeners as bound (inbound, admin, public): with the egress's own, requests
     /// addressed to any of them are refused (see [`loops`]).
     pub fn start(config: &SidecarConfig, others: &[SocketAddr]) -> Result<Egress, StartError> {
         let egress = &config.egress;
@@ -265,12 +265,7 @@ impl Egress {
             routes.push((listener, local, target));
         }
         let own = OwnListeners::new(
-            others
-                .iter()
-                .copied()
-                .chain(config.admin.public_listen)
-                .chain([addr])
-                .chain(routes.iter().map(|(_, local, _)| *local)),
+            others.iter().copied().chain([addr]).chain(routes.iter().map(|(_, local, _)| *local)),
         );
         let service = Arc::new(EgressService::new(config, own).map_err(StartError::Other)?);
         let runtime = tokio::runtime::Builder::new_multi_thread()

@@ -109,7 +109,9 @@ impl Sidecar {
             HyperPlane::start(&config, shared.clone(), metrics, stop_rx, os_signals)?;
 
         let egress = if config.egress.enabled {
-            Some(crate::egress::Egress::start(&config, &[inbound_addr, admin_addr])?)
+            let own: Vec<SocketAddr> =
+                [inbound_addr, admin_addr].into_iter().chain(admin.public_addr()).collect();
+            Some(crate::egress::Egress::start(&config, &own)?)
         } else {
             None
         };
