@@ -63,6 +63,16 @@ pub enum ConfigCommand {
         #[arg(long)]
         files: bool,
     },
+    /// Print the embedded default configuration (what `weir run` serves with no
+    /// `--config`): every field, with its default.
+    PrintDefault,
+    /// Print the JSON Schema of the configuration file, generated from weir's config types.
+    Schema {
+        /// The chart's `config` value instead (charts/weir/values.schema.json): without the
+        /// file paths the chart fills in, with the listeners its templates read required.
+        #[arg(long)]
+        chart: bool,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -146,6 +156,21 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Exit
         }
         Command::Config { command: ConfigCommand::Check { file, files } } => {
             config_check(&file, files)
+        }
+        Command::Config { command: ConfigCommand::PrintDefault } => {
+            print!("{}", crate::config::EMBEDDED_DEFAULT);
+            ExitCode::SUCCESS
+        }
+        Command::Config { command: ConfigCommand::Schema { chart } } => {
+            let schema = if chart {
+                crate::config::schema::chart_config_schema()
+            } else {
+                let mut s = crate::config::schema::json_schema();
+                s["$schema"] = "http://json-schema.org/draft-07/schema#".into();
+                s
+            };
+            println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
+            ExitCode::SUCCESS
         }
     }
 }

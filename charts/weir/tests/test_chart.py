@@ -31,6 +31,7 @@ import kubernetes_validate
 import yaml
 
 import inject_checks
+import schema_checks
 
 REPO = Path(__file__).resolve().parents[3]
 CHARTS = REPO / "charts"
@@ -326,7 +327,8 @@ def check_sidecar(case: Case, config: dict, where: str, spec: dict) -> None:
 def check_invariants(case: Case) -> None:
     config = weir_config(case)
     # The config mirrors the sidecar's configuration sections and keys (docs/design.md §12).
-    assert set(config) == {"inbound", "admission", "admin"}, f"config sections {sorted(config)}"
+    assert {"inbound", "admission", "admin"} <= set(config) <= {"inbound", "admission", "admin", "egress", "log"}, \
+        f"config sections {sorted(config)}"
     for key in ("listen", "app", "max_inflight", "max_queued", "task_timeout", "entry", "shutdown_grace"):
         assert key in config["inbound"], f"config inbound.{key} missing"
     for key in ("window", "window_requests", "queuing_threshold", "law", "mode"):
@@ -611,6 +613,8 @@ def main() -> int:
     rendered = {c.name: c.objects for c in cases}
     results.append(run(("inject fixture templates are the chart's renders",
                         lambda: inject_checks.check_fixture_templates(rendered, update))))
+    results.append(run(("every field `weir run` reads is settable through values (ci/every-field-values.yaml)",
+                        lambda: schema_checks.check_every_field_settable(rendered["weir__every-field"], weir))))
     results.append(run(("injector e2e: rendered Deployment args, chart-generated certificate, HTTPS client trusting the caBundle",
                         lambda: inject_checks.check_injector_e2e(rendered["weir__default"], weir, args.scratch, NAMESPACE))))
     results.append(run(("helm upgrade keeps the generated injector certificate (fake API server, --dry-run=server)",
