@@ -209,13 +209,15 @@ impl SidecarConfig {
         Ok(config)
     }
 
-    /// The file at `path`, or the embedded default.
+    /// The file at `path` (`-`: standard input), or the embedded default.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         match path {
             None => Self::from_yaml(EMBEDDED_DEFAULT),
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    ConfigError::new("--config", format!("cannot read {}: {e}", path.display()))
+                // `-` is standard input (control_api::input).
+                let text = control_api::input::read_to_string(path).map_err(|e| {
+                    let name = control_api::input::display(path);
+                    ConfigError::new("--config", format!("cannot read {name}: {e}"))
                 })?;
                 Self::from_yaml(&text)
             }
