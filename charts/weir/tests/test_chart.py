@@ -372,8 +372,17 @@ def check_invariants(case: Case) -> None:
 
     if injector:
         check_injector(case)
+    # The injector alerts read the injector PodMonitor's job, "<namespace>/<name>".
+    injector_monitors = [m for m in by_kind(case, "PodMonitor") if m["metadata"]["name"].endswith("-injector")]
+    assert bool(injector_monitors) == (injector and bool(by_kind(case, "PrometheusRule") or by_kind(case, "PodMonitor") or by_kind(case, "ServiceMonitor"))), \
+        "the injector PodMonitor renders with the injector and any monitoring"
+    injector_job = None
+    for monitor in injector_monitors:
+        injector_job = f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}"
+        [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+        assert endpoint["scheme"] == "https" and endpoint["tlsConfig"]["ca"]["secret"]["key"] == "ca.crt", endpoint
     for rule in by_kind(case, "PrometheusRule"):
-        check_rules(rule)
+        check_rules(rule, injector_job)
     for cm in by_kind(case, "ConfigMap"):
         if cm["metadata"]["name"].endswith("-dashboard"):
             check_dashboard(cm)
@@ -424,11 +433,18 @@ def check_injector(case: Case) -> None:
         assert replicas > pdbs[0]["spec"]["minAvailable"], "a PDB as large as the replica count blocks every drain"
 
 
-def check_rules(rule: dict) -> None:
+def check_rules(rule: dict, injector_job: str | None) -> None:
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert re.search(r"weir_priority_inflation\)? > 0", rules["WeirPriorityInflation"]["expr"])
-    assert re.search(r"weir_overloaded\)? == 1", rules["WeirSustainedOverload"]["expr"])
+    overload = rules["WeirSustainedOverload"]["expr"]
+    assert "weir_overloaded" not in overload, "the overload alert must read the shed rate, not weir_overloaded"
+    assert re.search(r'outcome=~"shed_overload\|shed_deadline\|would_shed"', overload) and re.search(r"\) > 0\.\d+$", overload), overload
     assert "weir_admission_level" in rules["WeirSheddingTopClass"]["expr"]
+    injector = bool(injector_job)
+    assert ("WeirInjectorDown" in rules) == injector and ("WeirInjectionSkipped" in rules) == injector, sorted(rules)
+    if injector:
+        assert rules["WeirInjectorDown"]["expr"] == f'absent(up{{job="{injector_job}"}} == 1)', rules["WeirInjectorDown"]["expr"]
+        assert f'job="{injector_job}", outcome="cannot_inject"' in rules["WeirInjectionSkipped"]["expr"]
     for r in rules.values():
         assert re.fullmatch(r"\d+[smh]", r["for"]) and r["labels"]["severity"], f"{r['alert']}: for/severity"
 
