@@ -404,6 +404,17 @@ def check_injector(case: Case) -> None:
         assert w["reinvocationPolicy"] == "IfNeeded", "the injector must see pods other webhooks changed"
         assert w["admissionReviewVersions"] == ["v1"]
         assert 1 <= w["timeoutSeconds"] <= 30
+    # Called only for pods that asked: the pod webhook selects the opt-in label (not every
+    # pod CREATE in the cluster), the namespace webhook every pod not labelled out.
+    [ns_hook, pod_hook] = hook["webhooks"]
+    [pod_sel] = pod_hook["objectSelector"]["matchExpressions"]
+    assert (pod_sel["key"], pod_sel["operator"], sorted(pod_sel["values"])) == ("weir.dev/inject", "In", ["enabled", "true"]), pod_sel
+    [ns_sel] = ns_hook["objectSelector"]["matchExpressions"]
+    assert (ns_sel["key"], ns_sel["operator"], sorted(ns_sel["values"])) == ("weir.dev/inject", "NotIn", ["disabled", "false"]), ns_sel
+    ns_label = {e["key"]: e for e in ns_hook["namespaceSelector"]["matchExpressions"]}["weir.dev/inject"]
+    assert (ns_label["operator"], ns_label["values"]) == ("In", ["enabled"]), ns_label
+    pod_ns_label = {e["key"]: e for e in pod_hook["namespaceSelector"]["matchExpressions"]}["weir.dev/inject"]
+    assert (pod_ns_label["operator"], sorted(pod_ns_label["values"])) == ("NotIn", ["disabled", "enabled"]), pod_ns_label
     pod = dep["spec"]["template"]
     assert pod["metadata"]["labels"].get("weir.dev/inject") == "disabled", "injector pods must opt out of injection"
     assert pod["spec"]["automountServiceAccountToken"] is False
