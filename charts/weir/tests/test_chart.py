@@ -32,6 +32,7 @@ import yaml
 
 import inject_checks
 import schema_checks
+import secret_checks
 
 REPO = Path(__file__).resolve().parents[3]
 CHARTS = REPO / "charts"
@@ -644,6 +645,8 @@ def main() -> int:
                         lambda: schema_checks.check_every_field_settable(rendered["weir__every-field"], weir))))
     results.append(run(("injector e2e: rendered Deployment args, chart-generated certificate, HTTPS client trusting the caBundle",
                         lambda: inject_checks.check_injector_e2e(rendered["weir__default"], weir, args.scratch, NAMESPACE))))
+    results.append(run(("one user secret per cluster: per-namespace releases copy userSecret.shareFrom (fake API server, --dry-run=server)",
+                        lambda: secret_checks.check_user_secret_shared(helm.run, CHARTS / "weir", args.scratch))))
     results.append(run(("helm upgrade keeps the generated injector certificate (fake API server, --dry-run=server)",
                         lambda: inject_checks.check_generated_tls_kept_on_upgrade(
                             helm.run, CHARTS / "weir", RELEASE["weir"], rendered["weir__default"], args.scratch, NAMESPACE))))
