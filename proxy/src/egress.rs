@@ -54,7 +54,7 @@ use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
 use crate::listener::accept_bounded;
 use crate::priority::PriorityHeaders;
-use crate::refusal::{Refusals, ShedReason};
+use crate::refusal::{Refusals, ShedReason, WeirError};
 use crate::sidecar::StartError;
 
 pub mod config;
@@ -361,10 +361,10 @@ impl EgressService {
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         if parts.method == Method::CONNECT {
             // A tunnel hides the downstream's responses, so its level could not be learnt.
-            return self.error(None, StatusCode::METHOD_NOT_ALLOWED, grpc);
+            return self.error(None, WeirError::MethodNotAllowed, grpc);
         }
         let Some(authority) = forward::target_authority(route, &parts.uri, &parts.headers) else {
-            return self.error(None, StatusCode::BAD_REQUEST, grpc);
+            return self.error(None, WeirError::BadRequest, grpc);
         };
         let priority = self.priority.read(&parts.headers, self.default_priority).priority;
         let budget = self.budget(&parts.headers);
@@ -384,9 +384,9 @@ impl EgressService {
             Ok(Ok(addr)) => addr,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "egress: downstream has no address");
-                return self.error(Some(&authority), StatusCode::BAD_GATEWAY, grpc);
+                return self.error(Some(&authority), WeirError::DownstreamUnresolved, grpc);
             }
-            Err(_) => return self.error(Some(&authority), StatusCode::GATEWAY_TIMEOUT, grpc),
+            Err(_) => return self.error(Some(&authority), WeirError::DownstreamTimeout, grpc),
         };
         let endpoint = self.endpoint(addr);
         let protocol = match self.protocol {
@@ -414,9 +414,9 @@ impl EgressService {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, downstream = %authority, "egress request failed");
-                return self.error(Some(&authority), StatusCode::BAD_GATEWAY, grpc);
+                return self.error(Some(&authority), WeirError::of_downstream(&e), grpc);
             }
-            Err(_) => return self.error(Some(&authority), StatusCode::GATEWAY_TIMEOUT, grpc),
+            Err(_) => return self.error(Some(&authority), WeirError::DownstreamTimeout, grpc),
         };
         let (mut head, body) = response.into_parts();
         let values = head.headers.get_all(&self.level_name).iter().map(HeaderValue::as_bytes);
@@ -499,12 +499,12 @@ impl EgressService {
     fn error(
         &self,
         authority: Option<&Authority>,
-        status: StatusCode,
+        error: WeirError,
         grpc: bool,
     ) -> Response<ResponseBody> {
         self.stats.errors.fetch_add(1, Relaxed);
         self.stats.errors_metric.increment(1);
-        let (status, mut headers) = self.refusals.error_head(status, grpc);
+        let (status, mut headers) = self.refusals.error_head(error, grpc);
         headers.insert(self.level_name.clone(), self.level_value(authority));
         respond(status, headers)
     }
