@@ -426,6 +426,9 @@ impl EgressService {
             tracing::debug!(error = %e, downstream = %authority, "egress: bad level header ignored");
         }
         crate::forward_headers::clean_response(&mut head.headers);
+        // As inbound (service.rs): a downstream's HTTP/1.0 must not close the app's
+        // keep-alive connection to the egress listener.
+        head.version = http::Version::default();
         if head_request || body.is_end_stream() {
             lease.reusable();
             return Response::from_parts(head, ResponseBody::empty());

@@ -515,6 +515,10 @@ impl Inbound {
         exchange.headers_received();
         let (mut head, body) = response.into_parts();
         crate::forward_headers::clean_response(&mut head.headers);
+        // The app's HTTP version is the app connection's business: an HTTP/1.0 app's
+        // response, written as HTTP/1.0, would cost an HTTP/1.1 caller its keep-alive
+        // (hyper's server closes after it). The caller gets weir's own version.
+        head.version = http::Version::default();
         // A HEAD response has no body, whatever an app streams after it (an h2 app that does
         // would otherwise reset the stream on the way through).
         if head_request || body.is_end_stream() {
