@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kubernetes_validate
+import promql_parser
 import yaml
 
 import inject_checks
@@ -459,6 +460,10 @@ def check_rules(rule: dict, injector_job: str | None) -> None:
         assert f'job="{injector_job}", outcome="cannot_inject"' in rules["WeirInjectionSkipped"]["expr"]
     for r in rules.values():
         assert re.fullmatch(r"\d+[smh]", r["for"]) and r["labels"]["severity"], f"{r['alert']}: for/severity"
+        try:
+            promql_parser.parse(r["expr"])
+        except Exception as e:  # the parser raises plain exceptions with the position
+            raise AssertionError(f"{r['alert']}: invalid PromQL ({e}): {r['expr']}")
 
 
 def check_dashboard(cm: dict) -> None:
