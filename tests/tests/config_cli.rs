@@ -91,17 +91,21 @@ fn a_dash_reads_standard_input_wherever_a_file_is_taken() {
     assert!(err.contains("admin.table_file") && err.contains("standard input"), "{err}");
 }
 
+/// Also: `weir run --config -` serves with the configuration piped in.
 #[test]
 fn logs_carry_no_colour_escapes_when_stderr_is_not_a_terminal() {
+    let (_, default, _) = weir(&["config", "print-default"]);
     let mut child = Command::new(weir_binary())
-        .args(["run", "--inbound", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--app", "127.0.0.1:9"])
+        .args(["run", "--config", "-"])
+        .args(["--inbound", "127.0.0.1:0", "--admin", "127.0.0.1:0", "--app", "127.0.0.1:9"])
         .env_remove("NO_COLOR")
         .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
+    child.stdin.take().unwrap().write_all(default.as_bytes()).unwrap();
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seen = String::new();
