@@ -28,6 +28,16 @@ fn start(dir: &std::path::Path, name: &str, inbound: SocketAddr, threads: usize)
         .unwrap()
 }
 
+/// Kills the process when dropped, so a failed assertion leaves no weir running.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// Waits for `child` to exit within `within`; its exit code and stderr.
 fn exited(mut child: Child, within: Duration) -> Option<(i32, String)> {
     let deadline = Instant::now() + within;
@@ -49,10 +59,10 @@ fn a_second_weir_on_a_taken_inbound_port_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     // The first one: two threads, so its listeners carry SO_REUSEPORT.
-    let mut first = start(dir.path(), "first", port, 2);
+    let mut first = Running(start(dir.path(), "first", port, 2));
     let deadline = Instant::now() + Duration::from_secs(30);
     while TcpStream::connect(port).is_err() {
-        assert!(first.try_wait().unwrap().is_none(), "the first weir exited");
+        assert!(first.0.try_wait().unwrap().is_none(), "the first weir exited");
         assert!(Instant::now() < deadline, "the first weir never listened on {port}");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -71,8 +81,6 @@ fn a_second_weir_on_a_taken_inbound_port_refuses_to_start() {
         }
     }
     // The first one still holds the port alone.
-    assert!(first.try_wait().unwrap().is_none(), "the first weir exited");
+    assert!(first.0.try_wait().unwrap().is_none(), "the first weir exited");
     TcpStream::connect(port).expect("the first weir still accepts");
-    let _ = first.kill();
-    let _ = first.wait();
 }
