@@ -1,10 +1,11 @@
 //! Engine settings (docs/design.md, "Signal and control laws"). Deserialised from the
 //! sidecar's config file (`admission:` section); every field has the documented default.
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Mode {
     /// Refuse what the level does not admit.
@@ -15,7 +16,7 @@ pub enum Mode {
 }
 
 /// Which control law moves the admission level.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Law {
     /// The paper's law, exactly as published: target `(1 - alpha) * admitted` when
@@ -38,30 +39,37 @@ pub enum Law {
     Capacity,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
     /// A window closes after this long...
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::schema::HumanDuration")]
     pub window: Duration,
     /// ...or after this many queuing samples, whichever comes first.
+    #[schemars(range(min = 1, max = crate::engine::MAX_WINDOW_REQUESTS))]
     pub window_requests: u32,
     /// Overloaded when the window's mean queuing time exceeds this.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::schema::HumanDuration")]
     pub queuing_threshold: Duration,
     /// Leave the overloaded state only once the mean falls to this; between the two
     /// the level holds (hysteresis).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::schema::HumanDuration")]
     pub queuing_exit_threshold: Duration,
     pub law: Law,
     /// Cut, as a fraction of what was admitted (dagor; goodput until it has measured
     /// the app's capacity).
+    #[schemars(extend("exclusiveMinimum" = 0, "exclusiveMaximum" = 1))]
     pub alpha: f64,
     /// Relax step, as a fraction of what was admitted (goodput: of arrivals until it has
     /// measured the capacity).
+    #[schemars(extend("exclusiveMinimum" = 0, "exclusiveMaximum" = 1))]
     pub beta: f64,
     /// Goodput law: how far below the measured capacity to aim. 0 by default: queuing
     /// above the threshold already makes it aim below capacity until the backlog drains.
+    #[schemars(range(min = 0), extend("exclusiveMaximum" = 0.5))]
     pub trim: f64,
     pub mode: Mode,
     /// A window may close this early (not before) when the queue grows fast: the
@@ -69,6 +77,7 @@ pub struct EngineConfig {
     /// threshold while not yet overloaded, or above eight times it while overloaded.
     /// Zero turns early closes off.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "crate::schema::HumanDuration")]
     pub early_close_after: Duration,
 }
 

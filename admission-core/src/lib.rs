@@ -11,6 +11,7 @@
 //! - [`table`]: the priority table (rules -> business priority).
 //! - [`downstream`]: the egress role's per-downstream level cache.
 //! - [`clock`]: injectable clocks.
+//! - [`schema`]: JSON Schema pieces for the config file's string-typed values.
 
 pub mod adaptive_limit;
 pub mod audit;
@@ -21,6 +22,7 @@ pub mod downstream;
 pub mod engine;
 pub mod gate;
 pub mod priority;
+pub mod schema;
 pub mod size_grade;
 pub mod table;
 pub mod user_hash;

@@ -68,10 +68,12 @@ impl ControlPlane {
         let status = self.view.status();
         let counters = self.audit.snapshot();
         let audit = self.audit_report();
+        let table = self.table.load_full();
         let text = render(&Scrape {
             recorder: self.metrics.render(),
             status: &status,
-            table_version: self.table.version(),
+            table_version: table.version(),
+            table_digest: crate::metrics::table_digest(table.source()),
             counters: &counters,
             last_minute: &audit.last_1m,
             table_file_rejections: self.table_file_rejections.load(Ordering::Relaxed),

@@ -41,7 +41,8 @@ pub struct ClientArgs {
 pub enum TableCommand {
     /// Print the table in use (YAML; JSON with --json).
     Get,
-    /// Replace the table with FILE (YAML or JSON). Guards against lost updates with the
+    /// Replace the table with FILE (YAML or JSON; `-` reads standard input). Guards against
+    /// lost updates with the
     /// `version` inside FILE (as printed by `get`), or --if-match.
     Put {
         file: PathBuf,
@@ -49,7 +50,7 @@ pub enum TableCommand {
         #[arg(long, value_name = "VERSION")]
         if_match: Option<u64>,
     },
-    /// Check FILE against the sidecar without changing anything.
+    /// Check FILE (`-`: standard input) against the sidecar without changing anything.
     Validate { file: PathBuf },
 }
 
@@ -163,8 +164,10 @@ fn put(args: &ClientArgs, file: &Path, if_match: Option<u64>) -> Result<String, 
 }
 
 fn read_file(file: &Path) -> Result<(String, &'static str), CliError> {
-    let text = std::fs::read_to_string(file)
-        .map_err(|e| CliError { message: format!("{}: {e}", file.display()), code: 66 })?;
+    let text = crate::input::read_to_string(file).map_err(|e| CliError {
+        message: format!("{}: {e}", crate::input::display(file)),
+        code: 66,
+    })?;
     let is_json = file.extension().is_some_and(|e| e.eq_ignore_ascii_case("json"))
         || text.trim_start().starts_with('{');
     Ok((text, if is_json { "application/json" } else { "application/yaml" }))

@@ -12,16 +12,19 @@ use serde::{Deserialize, Serialize};
 pub const DEFAULT_ADMIN_ADDR: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 15100);
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminConfig {
     /// The full API (mutations included). Loopback unless configured otherwise.
+    #[schemars(with = "admission_core::schema::SocketAddrString")]
     pub listen: SocketAddr,
     /// Optional second listener serving only `/metrics`, `/live` and `/ready`.
+    #[schemars(with = "Option<admission_core::schema::SocketAddrString>")]
     pub public_listen: Option<SocketAddr>,
     /// File holding the bearer token for mutations. Without it mutations are refused.
     pub token_file: Option<PathBuf>,
     /// Largest accepted request body.
+    #[schemars(range(min = 1, max = MAX_BODY_BYTES))]
     pub max_body_bytes: usize,
     /// Where accepted tables are persisted (atomically) and reloaded from on start.
     pub state_path: Option<PathBuf>,
@@ -36,31 +39,37 @@ pub struct AdminConfig {
     pub inflation: InflationPolicy,
     /// How often the table file is re-read and compared.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "admission_core::schema::HumanDuration")]
     pub table_poll_interval: Duration,
     /// How often the audit counters are sampled for the 1 min / 10 min windows.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "admission_core::schema::HumanDuration")]
     pub audit_sample_interval: Duration,
     pub timeouts: AdminTimeouts,
     /// Unauthenticated table validations running at once (each on the blocking pool, off
     /// the thread that answers probes); more are answered 503 at once. Authenticated writes
     /// do not share these: they have a permit of their own (see `timeouts.write_wait`).
+    #[schemars(range(min = 1, max = 64))]
     pub max_concurrent_table_checks: usize,
 }
 
 /// Bounds on what one admin connection may hold.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct AdminTimeouts {
     /// From accept (or the end of the previous request) to a complete request head.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "admission_core::schema::HumanDuration")]
     pub header_read: Duration,
     /// Longest a request body may take to arrive in full.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "admission_core::schema::HumanDuration")]
     pub body_read: Duration,
     /// Longest an authenticated table write waits for the one before it to finish. Writes
     /// run one at a time on a permit of their own, which unauthenticated validations never
     /// take; past this the write is answered 503.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "admission_core::schema::HumanDuration")]
     pub write_wait: Duration,
 }
 

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 
 use admission_core::audit::{AuditSnapshot, Outcome};
+use admission_core::table::PriorityTable;
 
 use crate::audit::WindowReport;
 use crate::status::SidecarStatus;
@@ -17,6 +18,8 @@ pub struct Scrape<'a> {
     pub recorder: String,
     pub status: &'a SidecarStatus,
     pub table_version: u64,
+    /// [`table_digest`] of the table in use.
+    pub table_digest: String,
     pub counters: &'a AuditSnapshot,
     pub last_minute: &'a WindowReport,
     pub table_file_rejections: u64,
@@ -61,6 +64,14 @@ pub fn render(s: &Scrape<'_>) -> String {
     for (name, help, value) in gauges {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     }
+    let _ = writeln!(
+        out,
+        "# HELP weir_table_info The priority table in use: its content digest (every field but \
+         the version) and version. Equal digests across a fleet mean the same rules.\n\
+         # TYPE weir_table_info gauge\n\
+         weir_table_info{{digest=\"{}\",version=\"{}\"}} 1",
+        s.table_digest, s.table_version
+    );
     let _ = writeln!(
         out,
         "# HELP weir_priority_inflation 1 while an inflation finding holds over the last minute.\n\
@@ -114,5 +125,44 @@ fn bool_f(b: bool) -> f64 {
         1.0
     } else {
         0.0
+    }
+}
+
+/// `sha256:<hex>` of the table's content: its canonical JSON (struct fields in declaration
+/// order, header maps sorted) with the version zeroed. The version is left out because the
+/// control API bumps it on every accepted change, so two sidecars serving the same rules
+/// can carry different versions; the version is its own label beside the digest.
+pub fn table_digest(table: &PriorityTable) -> String {
+    let canonical = PriorityTable { version: 0, ..table.clone() };
+    // Serialising plain strings, numbers and maps cannot fail.
+    let json = serde_json::to_vec(&canonical).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, &json);
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in digest.as_ref() {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::table_digest;
+    use crate::parse_table;
+
+    #[test]
+    fn the_digest_covers_the_rules_and_not_the_version() {
+        let t = "version: 1\ndefault_business: 200\nrules:\n  - name: a\n    match: { path: /a, header: { x-b: '1', x-a: '2' } }\n    business: 5\n";
+        let a = table_digest(&parse_table(t).unwrap());
+        assert_eq!(a, table_digest(&parse_table(&t.replace("version: 1", "version: 40")).unwrap()));
+        assert_ne!(
+            a,
+            table_digest(&parse_table(&t.replace("business: 5", "business: 6")).unwrap())
+        );
+        assert_ne!(a, table_digest(&parse_table(&t.replace("/a", "/b")).unwrap()));
+        // Same header conditions written in another order: the same table, the same digest.
+        let reordered = t.replace("x-b: '1', x-a: '2'", "x-a: '2', x-b: '1'");
+        assert_eq!(a, table_digest(&parse_table(&reordered).unwrap()));
+        assert!(a.starts_with("sha256:") && a.len() == 71, "{a}");
     }
 }

@@ -34,11 +34,22 @@ pub fn parse_table(text: &str) -> Result<PriorityTable, TableErrors> {
 pub fn read_table_file(path: &Path) -> Result<(PriorityTable, u64), ControlError> {
     let bytes =
         read_table_bytes(path).map_err(|source| ControlError::Io { path: path.into(), source })?;
-    let text = String::from_utf8_lossy(&bytes);
+    parse_table_bytes(path, &bytes)
+}
+
+/// As [`read_table_file`], for a command-line argument: `-` reads standard input.
+pub fn read_table_arg(path: &Path) -> Result<(PriorityTable, u64), ControlError> {
+    let bytes = crate::input::read(path)
+        .map_err(|source| ControlError::Io { path: path.into(), source })?;
+    parse_table_bytes(path, &bytes)
+}
+
+fn parse_table_bytes(path: &Path, bytes: &[u8]) -> Result<(PriorityTable, u64), ControlError> {
+    let text = String::from_utf8_lossy(bytes);
     let table = parse_table(&text).map_err(|e| {
-        ControlError::Config(FieldError::new("", format!("{}: {e}", path.display())))
+        ControlError::Config(FieldError::new("", format!("{}: {e}", crate::input::display(path))))
     })?;
-    Ok((table, digest(&bytes)))
+    Ok((table, digest(bytes)))
 }
 
 /// A table file's content, read with bounds whatever the path leads to: stat first

@@ -7,12 +7,20 @@
 //!    to finish (`restartPolicy` Never/OnFailure) when the template is a regular container.
 //! 2. the pod annotation `weir.dev/inject: "false"` (opt-out wins over every opt-in); any
 //!    value other than `"true"` or `"false"` means no injection too, with a warning. The pod
-//!    label `weir.dev/inject: disabled` is filtered by the webhook's objectSelector and
-//!    never reaches the server; it is honoured here too.
+//!    label `weir.dev/inject: disabled` (or `"false"`) is filtered by the webhook's
+//!    objectSelector and never reaches the server; it is honoured here too.
 //! 3. the namespace label `weir.dev/inject=enabled`: the webhook's namespaceSelector sends
 //!    such pods to `/inject/namespace` ([`Scope::Namespace`]). The server has no API access
 //!    (no RBAC), so the namespace's labels reach it only through that choice of path.
-//! 4. the pod annotation `weir.dev/inject: "true"`, for pods elsewhere (`/inject/pod`).
+//! 4. the pod label `weir.dev/inject: "true"` (or `enabled`), for pods elsewhere
+//!    (`/inject/pod`): the webhook's objectSelector sends only such pods, so the API server
+//!    calls the injector for no pod that did not ask. The annotation `weir.dev/inject:
+//!    "true"` is honoured on `/inject/pod` too, but alone it never gets a pod there.
+//!
+//! A pod that asked for weir and cannot have it ([`Outcome::CannotInject`]) is admitted
+//! without the sidecar, and says why: the patch adds only the annotation
+//! `weir.dev/inject-status: "skipped: <reason>"` (an injected pod gets `injected`), the
+//! review carries a warning, and the server logs it at WARN.
 //!
 //! A pod that already holds a container named like the template's is left alone (empty
 //! patch): re-invocation and re-submission of an injected pod change nothing.
@@ -32,6 +40,8 @@ use crate::template::{Placement, Template};
 
 pub const INJECT: &str = "weir.dev/inject";
 pub const INJECTED: &str = "weir.dev/injected";
+/// `injected`, or `skipped: <reason>` on a pod that asked for weir and could not have it.
+pub const INJECT_STATUS: &str = "weir.dev/inject-status";
 pub const APP_PORT: &str = "weir.dev/app-port";
 pub const MAX_INFLIGHT: &str = "weir.dev/max-inflight";
 pub const ENTRY: &str = "weir.dev/entry";
@@ -45,7 +55,7 @@ pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 pub enum Scope {
     /// `/inject/namespace`: the namespace carries `weir.dev/inject=enabled`.
     Namespace,
-    /// `/inject/pod`: inject only if the pod asks (`weir.dev/inject: "true"`).
+    /// `/inject/pod`: inject only if the pod asks (label `weir.dev/inject: "true"`).
     Pod,
 }
 
@@ -147,6 +157,36 @@ pub fn plan(
     template: &Template,
     exclusions: &Exclusions,
 ) -> Decision {
+    let mut decision = decide(pod, namespace, scope, template, exclusions);
+    if decision.outcome == Outcome::CannotInject {
+        decision.patch = skipped_status(pod, &decision.reason);
+    }
+    decision
+}
+
+/// The patch of a pod admitted without the sidecar it asked for: only its status
+/// annotation, so `kubectl get pod -o yaml` (and the WeirInjectionSkipped alert's
+/// description) shows why.
+fn skipped_status(pod: &Value, reason: &str) -> Vec<PatchOp> {
+    let meta = pod.get("metadata").and_then(Value::as_object);
+    let exists = meta.and_then(|m| m.get("annotations")).is_some_and(Value::is_object);
+    let status = [(INJECT_STATUS.to_string(), format!("skipped: {reason}"))].into();
+    let mut ops = Vec::new();
+    if meta.is_none() {
+        ops.push(PatchOp { op: "add", path: "/metadata".into(), value: json!({}) });
+    }
+    let mut add = |path: String, value: Value| ops.push(PatchOp { op: "add", path, value });
+    add_entries(&mut add, "/metadata/annotations", exists, &status);
+    ops
+}
+
+fn decide(
+    pod: &Value,
+    namespace: &str,
+    scope: Scope,
+    template: &Template,
+    exclusions: &Exclusions,
+) -> Decision {
     let Some(spec) = pod.get("spec").and_then(Value::as_object) else {
         return Decision::cannot("the pod has no spec");
     };
@@ -171,15 +211,21 @@ pub fn plan(
             format!("the pod already has a {} container", template.container_name),
         );
     }
-    let opted_out_by_label =
-        labels.and_then(|l| l.get(INJECT)).and_then(Value::as_str) == Some("disabled");
+    let label = labels.and_then(|l| l.get(INJECT)).and_then(Value::as_str).map(str::trim);
+    let mut via = match scope {
+        Scope::Namespace => "namespace label",
+        Scope::Pod => "pod label",
+    };
     match annotation(INJECT).map(str::trim) {
         Some(v) if is_false(v) => {
             return Decision::skip(Outcome::OptedOut, format!("annotation {INJECT}: {v:?}"));
         }
-        _ if opted_out_by_label => {
-            return Decision::skip(Outcome::OptedOut, format!("label {INJECT}: disabled"));
+        _ if label.is_some_and(is_false) => {
+            let v = label.unwrap_or_default();
+            return Decision::skip(Outcome::OptedOut, format!("label {INJECT}: {v}"));
         }
+        _ if label.is_some_and(is_true) => {}
+        Some(v) if is_true(v) && scope == Scope::Pod => via = "pod annotation",
         Some(v) if is_true(v) => {}
         Some(v) => {
             // The user meant something: say that it was not understood, and do not inject
@@ -365,6 +411,7 @@ pub fn plan(
     add_entries(&mut add, "/metadata/labels", labels.is_some(), &new_labels);
     let mut new_annotations = template.pod_annotations.clone();
     new_annotations.insert(INJECTED.into(), "true".into());
+    new_annotations.insert(INJECT_STATUS.into(), "injected".into());
     // `kubectl logs/exec` without -c pick this container: the app's, not weir's.
     if annotation(DEFAULT_CONTAINER).is_none() {
         if let Some(first) = containers.first().and_then(|c| c.get("name")).and_then(Value::as_str)
@@ -378,10 +425,6 @@ pub fn plan(
         ops.insert(0, PatchOp { op: "add", path: "/metadata".into(), value: json!({}) });
     }
 
-    let via = match scope {
-        Scope::Namespace => "namespace label",
-        Scope::Pod => "pod annotation",
-    };
     Decision {
         outcome: Outcome::Injected,
         patch: ops,

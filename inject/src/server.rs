@@ -325,7 +325,14 @@ async fn admit(state: &State, scope: Scope, req: Request<Incoming>) -> Response<
             let d = &reply.decision;
             state.metrics.review(d.outcome);
             let elapsed_us = started.elapsed().as_micros() as u64;
-            if d.outcome == Outcome::Injected || !d.warnings.is_empty() {
+            if d.outcome == Outcome::CannotInject {
+                // A pod that asked for weir runs without it: someone must read this.
+                tracing::warn!(
+                    uid = %reply.uid, namespace = %reply.namespace, pod = %reply.pod,
+                    outcome = d.outcome.label(), reason = %d.reason, elapsed_us,
+                    "pod admitted without the weir sidecar it asked for"
+                );
+            } else if d.outcome == Outcome::Injected || !d.warnings.is_empty() {
                 tracing::info!(
                     uid = %reply.uid, namespace = %reply.namespace, pod = %reply.pod,
                     outcome = d.outcome.label(), reason = %d.reason, elapsed_us, "review"

@@ -56,6 +56,8 @@ fn expected_outcome(template: &str, stem: &str) -> Outcome {
         "namespace__job-pod" => Outcome::CannotInject,
         "namespace__deployment-pod"
         | "pod__bare-pod"
+        // Opted in by the pod label the webhook's objectSelector selects.
+        | "pod__labelled-pod"
         | "namespace__init-and-several-containers" => Outcome::Injected,
         "namespace__already-injected" => Outcome::AlreadyInjected,
         "namespace__opted-out" => Outcome::OptedOut,
@@ -195,8 +197,20 @@ fn fixtures_match_golden_and_carry_the_sidecar() {
             assert_eq!(outcome, expected_outcome(tname, &stem), "{name}: outcome");
             let review: Value = serde_json::from_slice(&body).unwrap();
             let original = &review["request"]["object"];
-            if let Some(pod) = &pod {
+            if outcome == Outcome::CannotInject {
+                // Admitted without the sidecar: the only change is the status annotation.
+                let pod = pod.as_ref().expect("a skipped pod is annotated");
+                let mut without = pod.clone();
+                let annotations = without["metadata"]["annotations"].as_object_mut().unwrap();
+                let status = annotations.remove("weir.dev/inject-status").unwrap();
+                assert!(status.as_str().unwrap().starts_with("skipped: "), "{name}: {status}");
+                if annotations.is_empty() && original["metadata"].get("annotations").is_none() {
+                    without["metadata"].as_object_mut().unwrap().remove("annotations");
+                }
+                assert_eq!(&without, original, "{name}: a skipped pod changed beyond its status");
+            } else if let Some(pod) = &pod {
                 check_injected(&name, &template, original, pod);
+                assert_eq!(pod["metadata"]["annotations"]["weir.dev/inject-status"], "injected");
                 // Idempotent: the injected pod, reviewed again (reinvocation), changes nothing.
                 let mut again = review.clone();
                 again["request"]["object"] = pod.clone();

@@ -55,7 +55,7 @@ pub enum Command {
 pub enum ConfigCommand {
     /// Parse and validate FILE exactly as `weir run --config FILE` would, without serving:
     /// exit 0, or 64 with one line naming the field. The files the settings name are not
-    /// read (they exist only in the pod) unless `--files` is given.
+    /// read (they exist only in the pod) unless `--files` is given. `-` reads standard input.
     Check {
         file: PathBuf,
         /// Also check the files the settings name, as `weir run` does before it starts
@@ -63,11 +63,21 @@ pub enum ConfigCommand {
         #[arg(long)]
         files: bool,
     },
+    /// Print the embedded default configuration (what `weir run` serves with no
+    /// `--config`): every field, with its default.
+    PrintDefault,
+    /// Print the JSON Schema of the configuration file, generated from weir's config types.
+    Schema {
+        /// The chart's `config` value instead (charts/weir/values.schema.json): without the
+        /// file paths the chart fills in, with the listeners its templates read required.
+        #[arg(long)]
+        chart: bool,
+    },
 }
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RunArgs {
-    /// YAML configuration; without it the embedded default serves.
+    /// YAML configuration (`-`: standard input); without it the embedded default serves.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Inbound listener address (default 127.0.0.1:15101).
@@ -159,6 +169,21 @@ pub fn main(args: impl IntoIterator<Item = impl Into<OsString> + Clone>) -> Exit
         Command::Config { command: ConfigCommand::Check { file, files } } => {
             config_check(&file, files)
         }
+        Command::Config { command: ConfigCommand::PrintDefault } => {
+            print!("{}", crate::config::EMBEDDED_DEFAULT);
+            ExitCode::SUCCESS
+        }
+        Command::Config { command: ConfigCommand::Schema { chart } } => {
+            let schema = if chart {
+                crate::config::schema::chart_config_schema()
+            } else {
+                let mut s = crate::config::schema::json_schema();
+                s["$schema"] = "http://json-schema.org/draft-07/schema#".into();
+                s
+            };
+            println!("{}", serde_json::to_string_pretty(&schema).unwrap_or_default());
+            ExitCode::SUCCESS
+        }
     }
 }
 
@@ -174,7 +199,7 @@ pub fn config_check(file: &std::path::Path, files: bool) -> ExitCode {
     });
     match checked {
         Ok(_) => {
-            println!("{}: ok", file.display());
+            println!("{}: ok", control_api::input::display(file));
             ExitCode::SUCCESS
         }
         Err(e) => {
@@ -187,12 +212,12 @@ pub fn config_check(file: &std::path::Path, files: bool) -> ExitCode {
 /// `weir table validate --offline FILE`: the same parse and compile as `weir run` applies to
 /// its table file, without a sidecar.
 pub fn table_validate_offline(file: &std::path::Path) -> ExitCode {
-    let checked = control_api::read_table_file(file)
+    let checked = control_api::read_table_arg(file)
         .map_err(|e| e.to_string())
         .and_then(|(table, _)| table.compile().map_err(|e| e.to_string()));
     match checked {
         Ok(compiled) => {
-            println!("{}: ok (version {})", file.display(), compiled.version());
+            println!("{}: ok (version {})", control_api::input::display(file), compiled.version());
             ExitCode::SUCCESS
         }
         Err(e) => {

@@ -7,13 +7,15 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use admission_core::schema::{HumanDuration, SocketAddrString};
 use admission_core::{AdmissionLevel, EngineConfig, Priority};
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 /// The configuration `weir run` serves with when no `--config` is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/default.yaml");
 
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct SidecarConfig {
     pub inbound: InboundConfig,
@@ -24,17 +26,20 @@ pub struct SidecarConfig {
     pub egress: crate::egress::EgressConfig,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct InboundConfig {
     /// Where callers connect (HTTP/1.1 and h2c prior knowledge on the same port).
+    #[schemars(with = "SocketAddrString")]
     pub listen: SocketAddr,
     /// The app container, on localhost.
+    #[schemars(with = "SocketAddrString")]
     pub app: SocketAddr,
     /// How to speak to the app.
     pub app_protocol: AppProtocol,
     /// Requests forwarded to the app at once; the rest wait in the pending queue. With
     /// `adaptive_inflight` (the default) this is the ceiling of the adaptive limit.
+    #[schemars(range(min = 1, max = validate::MAX_COUNT))]
     pub max_inflight: usize,
     /// Find the app's concurrency from its own response times and limit the requests in
     /// flight to it (plus a margin), so the queue forms in the sidecar, where the queuing
@@ -43,9 +48,11 @@ pub struct InboundConfig {
     /// includes theirs, and a limit inferred from it would shed here for their overload.
     pub adaptive_inflight: bool,
     /// Requests allowed to wait for a slot; beyond that, refused with `x-weir-shed: overload`.
+    #[schemars(range(min = 0, max = validate::MAX_COUNT))]
     pub max_queued: usize,
     /// Budget of a request that carries no deadline, and the longest a request may wait.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub task_timeout: Duration,
     /// While the level refuses a real share of arrivals, the longest a request of the class
     /// the level cuts in (or a less important one) waits for a slot: the door refuses a
@@ -53,18 +60,22 @@ pub struct InboundConfig {
     /// it and is then refused (`x-weir-shed: overload`). It bounds the admitted tail
     /// (docs/design.md, "Queue and gates"). 0 = off.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub overload_max_wait: Duration,
     /// What refusals ask callers to wait (`retry-after`, `grpc-retry-pushback-ms`).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub retry_after: Duration,
     /// On SIGTERM, how long in-flight and queued requests may take to finish.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub shutdown_grace: Duration,
     /// On SIGTERM, how long to keep accepting and serving (with `/ready` failing) before the
     /// drain starts: for regular sidecars on Kubernetes < 1.30 (no native sidecars, no
     /// preStop `sleep`), which get SIGTERM while callers still route to the pod. 0 = drain at
     /// once. The shutdown grace starts after it.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "admission_core::schema::HumanDuration")]
     pub drain_delay: Duration,
     /// Entry role: replace client-sent priority headers with ones from the priority table.
     pub entry: bool,
@@ -72,8 +83,12 @@ pub struct InboundConfig {
     pub forward_user_id: bool,
     /// Priority assumed when an inner hop's headers are missing or malformed, as `B.U`.
     /// Unset: the priority table's least important business level, user 127.
+    #[schemars(regex(
+        pattern = r"^([0-9]|[1-9][0-9]|1[0-9]{2}|2[0-4][0-9]|25[0-5])\.([0-9]|[1-9][0-9]|1[01][0-9]|12[0-7])$"
+    ))]
     pub default_priority: Option<String>,
     /// Worker threads; 0 = one per core.
+    #[schemars(range(min = 0, max = validate::MAX_THREADS))]
     pub threads: usize,
     /// One work-stealing runtime with one listener, instead of one current-thread runtime
     /// per worker thread, each with its own `SO_REUSEPORT` listener and app connection pool
@@ -82,46 +97,54 @@ pub struct InboundConfig {
     pub work_stealing: bool,
     pub headers: HeaderNames,
     /// Accepted connections at once; beyond that, new ones are closed at once.
+    #[schemars(range(min = 1, max = validate::MAX_COUNT))]
     pub max_connections: usize,
     /// One connection's share of the pending queue (so one h2 connection cannot fill it).
+    #[schemars(range(min = 1, max = validate::MAX_COUNT))]
     pub max_queued_per_connection: usize,
     pub h2: H2Config,
     pub timeouts: InboundTimeouts,
 }
 
 /// HTTP/2 settings towards callers.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct H2Config {
     /// Streams one caller connection may have open at once.
+    #[schemars(range(min = 1, max = 65_536))]
     pub max_concurrent_streams: u32,
 }
 
 /// Every wait on a caller's connection or on the app, named (all must be greater than zero).
 /// The app's response itself is bounded by the request's remaining budget, not by a setting.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct InboundTimeouts {
     /// From accept (or the end of the previous request) to a complete request head,
     /// including the h2c preface detection.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub header_read: Duration,
     /// A connection with no request in flight is closed after this.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub idle: Duration,
     /// Longest gap while reading a request body.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub body_read: Duration,
     /// Longest time without progress writing a response to the caller.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub write: Duration,
     /// TCP connect to the app.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub app_connect: Duration,
 }
 
 /// Protocol towards the app.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AppProtocol {
     /// HTTP/2 (h2c) for HTTP/2 and gRPC callers, HTTP/1.1 otherwise.
@@ -135,7 +158,7 @@ pub enum AppProtocol {
 
 /// Wire names (docs/design.md, "Wire contract"). The user-id header is the priority
 /// table's `user.header`.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct HeaderNames {
     pub business: String,
@@ -145,7 +168,7 @@ pub struct HeaderNames {
     pub shed: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct LogConfig {
     pub format: LogFormat,
@@ -153,7 +176,7 @@ pub struct LogConfig {
     pub filter: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     #[default]
@@ -182,6 +205,7 @@ pub struct Overrides {
 }
 
 mod defaults;
+pub mod schema;
 mod validate;
 
 pub use self::validate::check_header_name;
@@ -196,13 +220,15 @@ impl SidecarConfig {
         Ok(config)
     }
 
-    /// The file at `path`, or the embedded default.
+    /// The file at `path` (`-`: standard input), or the embedded default.
     pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
         match path {
             None => Self::from_yaml(EMBEDDED_DEFAULT),
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    ConfigError::new("--config", format!("cannot read {}: {e}", path.display()))
+                // `-` is standard input (control_api::input).
+                let text = control_api::input::read_to_string(path).map_err(|e| {
+                    let name = control_api::input::display(path);
+                    ConfigError::new("--config", format!("cannot read {name}: {e}"))
                 })?;
                 Self::from_yaml(&text)
             }

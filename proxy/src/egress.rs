@@ -58,7 +58,7 @@ use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
 use crate::listener::accept_bounded;
 use crate::priority::PriorityHeaders;
-use crate::refusal::{Refusals, ShedReason};
+use crate::refusal::{Refusals, ShedReason, WeirError};
 use crate::sidecar::StartError;
 
 pub mod config;
@@ -203,10 +203,11 @@ impl Rejection {
         }
     }
 
-    fn status(self) -> StatusCode {
+    /// The error weir answers with (`x-weir-error` and the status).
+    fn error(self) -> WeirError {
         match self {
-            Rejection::Scheme => StatusCode::BAD_REQUEST,
-            Rejection::ViaLoop | Rejection::OwnListener => StatusCode::LOOP_DETECTED,
+            Rejection::Scheme => WeirError::UnsupportedScheme,
+            Rejection::ViaLoop | Rejection::OwnListener => WeirError::LoopDetected,
         }
     }
 
@@ -446,7 +447,7 @@ impl EgressService {
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         if parts.method == Method::CONNECT {
             // A tunnel hides the downstream's responses, so its level could not be learnt.
-            return self.error(None, StatusCode::METHOD_NOT_ALLOWED, grpc);
+            return self.error(None, WeirError::MethodNotAllowed, grpc);
         }
         if parts.uri.scheme().is_some_and(|s| *s != http::uri::Scheme::HTTP) {
             return self.reject(Rejection::Scheme, None, grpc);
@@ -455,7 +456,7 @@ impl EgressService {
             return self.reject(Rejection::ViaLoop, None, grpc);
         }
         let Some(authority) = forward::target_authority(route, &parts.uri, &parts.headers) else {
-            return self.error(None, StatusCode::BAD_REQUEST, grpc);
+            return self.error(None, WeirError::BadRequest, grpc);
         };
         let priority = self.priority.read(&parts.headers, self.default_priority).priority;
         let budget = self.budget(&parts.headers);
@@ -475,9 +476,9 @@ impl EgressService {
             Ok(Ok(addr)) => addr,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "egress: downstream has no address");
-                return self.error(Some(&authority), StatusCode::BAD_GATEWAY, grpc);
+                return self.error(Some(&authority), WeirError::DownstreamUnresolved, grpc);
             }
-            Err(_) => return self.error(Some(&authority), StatusCode::GATEWAY_TIMEOUT, grpc),
+            Err(_) => return self.error(Some(&authority), WeirError::DownstreamTimeout, grpc),
         };
         if let Some(listener) = self.own.reached_by(addr) {
             tracing::debug!(downstream = %authority, %addr, %listener, "egress: addressed to itself");
@@ -512,9 +513,9 @@ impl EgressService {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, downstream = %authority, "egress request failed");
-                return self.error(Some(&authority), StatusCode::BAD_GATEWAY, grpc);
+                return self.error(Some(&authority), WeirError::of_downstream(&e), grpc);
             }
-            Err(_) => return self.error(Some(&authority), StatusCode::GATEWAY_TIMEOUT, grpc),
+            Err(_) => return self.error(Some(&authority), WeirError::DownstreamTimeout, grpc),
         };
         let (mut head, body) = response.into_parts();
         let values = head.headers.get_all(&self.level_name).iter().map(HeaderValue::as_bytes);
@@ -524,6 +525,9 @@ impl EgressService {
             tracing::debug!(error = %e, downstream = %authority, "egress: bad level header ignored");
         }
         crate::forward_headers::clean_response(&mut head.headers);
+        // As inbound (service.rs): a downstream's HTTP/1.0 must not close the app's
+        // keep-alive connection to the egress listener.
+        head.version = http::Version::default();
         if head_request || body.is_end_stream() {
             lease.reusable();
             return Response::from_parts(head, ResponseBody::empty());
@@ -602,7 +606,7 @@ impl EgressService {
         grpc: bool,
     ) -> Response<ResponseBody> {
         self.stats.reject(rejection);
-        let (status, mut headers) = self.refusals.error_head(rejection.status(), grpc);
+        let (status, mut headers) = self.refusals.error_head(rejection.error(), grpc);
         headers.insert(self.level_name.clone(), self.level_value(authority));
         let message = rejection.message();
         let body = if grpc {
@@ -627,12 +631,12 @@ impl EgressService {
     fn error(
         &self,
         authority: Option<&Authority>,
-        status: StatusCode,
+        error: WeirError,
         grpc: bool,
     ) -> Response<ResponseBody> {
         self.stats.errors.fetch_add(1, Relaxed);
         self.stats.errors_metric.increment(1);
-        let (status, mut headers) = self.refusals.error_head(status, grpc);
+        let (status, mut headers) = self.refusals.error_head(error, grpc);
         headers.insert(self.level_name.clone(), self.level_value(authority));
         respond(status, headers)
     }

@@ -213,6 +213,9 @@ async fn stop_watcher(
 /// `n` listeners on `addr` (port 0: the port the first one got); with `SO_REUSEPORT` when
 /// there are several.
 fn bind(addr: SocketAddr, n: usize) -> Result<Vec<std::net::TcpListener>, StartError> {
+    if n > 1 && addr.port() != 0 {
+        ensure_port_free(addr)?;
+    }
     let mut listeners: Vec<std::net::TcpListener> = Vec::with_capacity(n);
     let mut at = addr;
     for _ in 0..n.max(1) {
@@ -237,6 +240,34 @@ fn bind(addr: SocketAddr, n: usize) -> Result<Vec<std::net::TcpListener>, StartE
         listeners.push(listener);
     }
     Ok(listeners)
+}
+
+/// `SO_REUSEPORT` lets any process of the same user bind a port that is already listening,
+/// and the kernel then splits new connections between the two: a second weir (or an old
+/// one that never exited) would silently take half the traffic. So before the per-thread
+/// group binds, one socket without `SO_REUSEPORT` tries the address: it fails if anything
+/// listens there, with or without the option. (A process that binds between this probe and
+/// the group, or joins the group later with `SO_REUSEPORT` itself, is not caught: the
+/// kernel offers no exclusive reuseport group.)
+fn ensure_port_free(addr: SocketAddr) -> Result<(), StartError> {
+    let probe = Socket::new(Domain::for_address(addr), Type::STREAM, None)
+        .map_err(|e| bind_error(addr, e))?;
+    // SO_REUSEADDR as the listeners set it: a TIME_WAIT leftover of a previous run is no
+    // owner, a listening socket is.
+    probe.set_reuse_address(true).map_err(|e| bind_error(addr, e))?;
+    match probe.bind(&addr.into()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => Err(bind_error(
+            addr,
+            std::io::Error::new(
+                e.kind(),
+                "address in use by another process; weir does not share its inbound port \
+                 (its per-thread listeners use SO_REUSEPORT, which would split connections \
+                 with that process)",
+            ),
+        )),
+        Err(e) => Err(bind_error(addr, e)),
+    }
 }
 
 fn bind_error(addr: SocketAddr, source: std::io::Error) -> StartError {

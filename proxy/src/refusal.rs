@@ -17,6 +17,110 @@ pub enum ShedReason {
     Deadline,
 }
 
+/// Which of weir's own errors a response is: the `x-weir-error` value, so a 502/504 made
+/// by weir is told apart from one the app (or a downstream's proxy) sent, and says why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WeirError {
+    /// 502: no connection to the app (refused, or no answer within
+    /// `timeouts.app_connect`).
+    AppUnreachable,
+    /// 502: the app's connection broke, or it sent no valid response head, or its
+    /// response body broke off while weir buffered it.
+    AppFailed,
+    /// 504: the request's budget ran out before the app's response (head, or a small body
+    /// weir buffers).
+    AppTimeout,
+    /// 502 (egress): the downstream's name did not resolve.
+    DownstreamUnresolved,
+    /// 502 (egress): no connection to the downstream.
+    DownstreamUnreachable,
+    /// 502 (egress): the downstream's connection broke, or it sent no valid response.
+    DownstreamFailed,
+    /// 504 (egress): the budget ran out resolving, connecting to or waiting for the
+    /// downstream.
+    DownstreamTimeout,
+    /// 405: `CONNECT` (weir forwards requests; it is not a tunnel).
+    MethodNotAllowed,
+    /// 400: a request weir will not forward (a path that cannot be normalised; egress: no
+    /// target authority).
+    BadRequest,
+    /// 400: the caller closed its request body while the request waited in the queue.
+    CallerGone,
+    /// 400 (egress): a scheme other than `http` (it would go out as cleartext).
+    UnsupportedScheme,
+    /// 508 (egress): the request is addressed to one of weir's own listeners, or carries
+    /// this egress's `Via`: forwarding it would loop.
+    LoopDetected,
+}
+
+/// The header naming weir's own error; fixed (not configurable), documented in
+/// docs/design.md ("Wire contract").
+pub const WEIR_ERROR: HeaderName = HeaderName::from_static("x-weir-error");
+
+impl WeirError {
+    pub const ALL: [WeirError; 12] = [
+        WeirError::AppUnreachable,
+        WeirError::AppFailed,
+        WeirError::AppTimeout,
+        WeirError::DownstreamUnresolved,
+        WeirError::DownstreamUnreachable,
+        WeirError::DownstreamFailed,
+        WeirError::DownstreamTimeout,
+        WeirError::MethodNotAllowed,
+        WeirError::BadRequest,
+        WeirError::CallerGone,
+        WeirError::UnsupportedScheme,
+        WeirError::LoopDetected,
+    ];
+
+    /// The `x-weir-error` value.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            WeirError::AppUnreachable => "app-unreachable",
+            WeirError::AppFailed => "app-failed",
+            WeirError::AppTimeout => "app-timeout",
+            WeirError::DownstreamUnresolved => "downstream-unresolved",
+            WeirError::DownstreamUnreachable => "downstream-unreachable",
+            WeirError::DownstreamFailed => "downstream-failed",
+            WeirError::DownstreamTimeout => "downstream-timeout",
+            WeirError::MethodNotAllowed => "method-not-allowed",
+            WeirError::BadRequest => "bad-request",
+            WeirError::CallerGone => "caller-gone",
+            WeirError::UnsupportedScheme => "unsupported-scheme",
+            WeirError::LoopDetected => "loop-detected",
+        }
+    }
+
+    pub const fn status(self) -> StatusCode {
+        match self {
+            WeirError::AppTimeout | WeirError::DownstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
+            WeirError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            WeirError::BadRequest | WeirError::CallerGone | WeirError::UnsupportedScheme => {
+                StatusCode::BAD_REQUEST
+            }
+            WeirError::LoopDetected => StatusCode::LOOP_DETECTED,
+            _ => StatusCode::BAD_GATEWAY,
+        }
+    }
+
+    /// 502 for a failed exchange with the app: unreachable when the connection was never
+    /// made, failed otherwise.
+    pub fn of_app(e: &crate::app_client::ClientError) -> Self {
+        match e {
+            crate::app_client::ClientError::Http(_) => WeirError::AppFailed,
+            _ => WeirError::AppUnreachable,
+        }
+    }
+
+    /// The same for a downstream (egress).
+    pub fn of_downstream(e: &crate::app_client::ClientError) -> Self {
+        match e {
+            crate::app_client::ClientError::Http(_) => WeirError::DownstreamFailed,
+            _ => WeirError::DownstreamUnreachable,
+        }
+    }
+}
+
 /// Prebuilt pieces of refusal responses.
 #[derive(Debug)]
 pub struct Refusals {
@@ -105,10 +209,12 @@ impl Refusals {
         (StatusCode::SERVICE_UNAVAILABLE, headers)
     }
 
-    /// weir's own error (`400`, `405`, `502`, `504`), without the level. gRPC callers get the
-    /// matching status as a trailers-only response.
-    pub fn error_head(&self, status: StatusCode, grpc: bool) -> (StatusCode, HeaderMap) {
-        let mut headers = HeaderMap::with_capacity(4);
+    /// weir's own error (`400`, `405`, `502`, `504`) with `x-weir-error` naming it, without
+    /// the level. gRPC callers get the matching status as a trailers-only response.
+    pub fn error_head(&self, error: WeirError, grpc: bool) -> (StatusCode, HeaderMap) {
+        let status = error.status();
+        let mut headers = HeaderMap::with_capacity(5);
+        headers.insert(WEIR_ERROR, HeaderValue::from_static(error.as_str()));
         if grpc {
             let code = match status {
                 StatusCode::GATEWAY_TIMEOUT => GRPC_STATUS_DEADLINE_EXCEEDED,

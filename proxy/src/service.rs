@@ -35,7 +35,7 @@ use crate::body::{EarlyBody, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
 use crate::priority::PriorityHeaders;
-use crate::refusal::{Refusals, ShedReason};
+use crate::refusal::{Refusals, ShedReason, WeirError};
 use crate::shared::Shared;
 use crate::telemetry::ProxyMetrics;
 
@@ -186,7 +186,7 @@ impl Inbound {
             .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         if parts.method == Method::CONNECT {
             // weir forwards requests to its app; it is not a tunnel.
-            return self.error(StatusCode::METHOD_NOT_ALLOWED, grpc);
+            return self.error(WeirError::MethodNotAllowed, grpc);
         }
         let priority = match self.priority(&mut parts) {
             Ok(p) => p,
@@ -242,7 +242,7 @@ impl Inbound {
                     tokio::select! {
                         biased;
                         waited = self.wait_for_slot(conn, priority, &refused) => waited,
-                        () = body.caller_gone() => return self.error(StatusCode::BAD_REQUEST, grpc),
+                        () = body.caller_gone() => return self.error(WeirError::CallerGone, grpc),
                         () = give_up => return self.refuse(grpc, ShedReason::Deadline, priority),
                         () = waited_out => return self.refuse(grpc, ShedReason::Overload, priority),
                     }
@@ -320,7 +320,7 @@ impl Inbound {
                 }
                 // A path that cannot be normalised is not classified, and not forwarded.
                 Err(bad) => {
-                    let mut resp = self.error(StatusCode::BAD_REQUEST, false);
+                    let mut resp = self.error(WeirError::BadRequest, false);
                     resp.headers_mut().remove(http::header::CONTENT_LENGTH);
                     *resp.body_mut() = ResponseBody::full(bad.to_string().into(), None);
                     Err(Box::new(resp))
@@ -468,8 +468,8 @@ impl Inbound {
         respond(status, headers)
     }
 
-    fn error(&self, status: StatusCode, grpc: bool) -> Early {
-        let (status, headers) = self.refusals.error_head(status, grpc);
+    fn error(&self, error: WeirError, grpc: bool) -> Early {
+        let (status, headers) = self.refusals.error_head(error, grpc);
         respond(status, headers)
     }
 
@@ -505,16 +505,20 @@ impl Inbound {
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "app request failed");
                 exchange.failed();
-                return self.error(StatusCode::BAD_GATEWAY, grpc);
+                return self.error(WeirError::of_app(&e), grpc);
             }
             Err(_) => {
                 exchange.failed();
-                return self.error(StatusCode::GATEWAY_TIMEOUT, grpc);
+                return self.error(WeirError::AppTimeout, grpc);
             }
         };
         exchange.headers_received();
         let (mut head, body) = response.into_parts();
         crate::forward_headers::clean_response(&mut head.headers);
+        // The app's HTTP version is the app connection's business: an HTTP/1.0 app's
+        // response, written as HTTP/1.0, would cost an HTTP/1.1 caller its keep-alive
+        // (hyper's server closes after it). The caller gets weir's own version.
+        head.version = http::Version::default();
         // A HEAD response has no body, whatever an app streams after it (an h2 app that does
         // would otherwise reset the stream on the way through).
         if head_request || body.is_end_stream() {
@@ -535,11 +539,11 @@ impl Inbound {
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "app response body failed");
                     exchange.failed();
-                    self.error(StatusCode::BAD_GATEWAY, grpc)
+                    self.error(WeirError::AppFailed, grpc)
                 }
                 Err(_) => {
                     exchange.failed();
-                    self.error(StatusCode::GATEWAY_TIMEOUT, grpc)
+                    self.error(WeirError::AppTimeout, grpc)
                 }
             };
         }

@@ -375,6 +375,7 @@ async fn spent_budgets_are_not_sent_and_a_dead_or_silent_downstream_gets_inbound
     let r = call(&client, egress, dead, &[]).await;
     assert_eq!(r.status, 502);
     assert_eq!(r.level(), "255.127");
+    assert_eq!(r.header("x-weir-error"), Some("downstream-unreachable"));
 
     // Answers garbage, or resets the connection: 502 with the level header.
     let garbage = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -401,6 +402,14 @@ async fn spent_budgets_are_not_sent_and_a_dead_or_silent_downstream_gets_inbound
         let r = call(&client, egress, broken, &[]).await;
         assert_eq!(r.status, 502, "{broken}");
         assert_eq!(r.level(), "255.127");
+        // Garbage is a failed exchange; a reset right after accept may land while the
+        // connect is still completing (then the downstream was never reached).
+        let want: &[&str] = if broken == garbage_addr {
+            &["downstream-failed"]
+        } else {
+            &["downstream-failed", "downstream-unreachable"]
+        };
+        assert!(want.contains(&r.header("x-weir-error").unwrap_or("")), "{broken}: {r:?}");
     }
 
     // Never answers: 504 when the budget runs out, not later.
@@ -409,6 +418,7 @@ async fn spent_budgets_are_not_sent_and_a_dead_or_silent_downstream_gets_inbound
     let r = call(&client, egress, down.addr, &[("x-request-timeout-ms", "200")]).await;
     assert_eq!(r.status, 504);
     assert!(r.header("x-admission-level").is_some());
+    assert_eq!(r.header("x-weir-error"), Some("downstream-timeout"));
     assert!(t.elapsed() < Duration::from_secs(2), "took {:?}", t.elapsed());
     weir.stop();
 }

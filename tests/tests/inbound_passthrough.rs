@@ -144,6 +144,49 @@ async fn weirs_own_errors_carry_the_level_too() {
     let resp = Http1::new().get(&url, &[]).await;
     assert_eq!(resp.status, 502);
     assert_eq!(resp.level(), "255.127");
+    // ... and says it made it, and why (an app's own 502 carries no x-weir-error).
+    assert_eq!(resp.header("x-weir-error"), Some("app-unreachable"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn weirs_own_gateway_errors_say_why() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    // An app that accepts and never answers: 504 when the budget runs out.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_addr = silent.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = silent.accept().await {
+            held.push(s);
+        }
+    });
+    let weir = support::sidecar(silent_addr, |_| {});
+    let url = format!("http://{}/", weir.inbound_addr());
+    let resp = Http1::new().get(&url, &[("x-request-timeout-ms", "200")]).await;
+    assert_eq!(resp.status, 504);
+    assert_eq!(resp.header("x-weir-error"), Some("app-timeout"));
+
+    // An app that answers garbage: 502, the exchange failed (the app was reached).
+    let garbage = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let garbage_addr = garbage.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut s, _)) = garbage.accept().await {
+            let mut buf = [0u8; 1024];
+            let _ = s.read(&mut buf).await;
+            let _ = s.write_all(b"\x16\x03\x01 this is not HTTP\r\n\r\n").await;
+        }
+    });
+    let weir = support::sidecar(garbage_addr, |_| {});
+    let resp = Http1::new().get(&format!("http://{}/", weir.inbound_addr()), &[]).await;
+    assert_eq!(resp.status, 502);
+    assert_eq!(resp.header("x-weir-error"), Some("app-failed"));
+
+    // The app's own 502 passes through without the header.
+    let app = Backend::start().await;
+    let weir = support::sidecar(app.addr, |_| {});
+    let resp = Http1::new().get(&format!("http://{}/status/502", weir.inbound_addr()), &[]).await;
+    assert_eq!(resp.status, 502);
+    assert_eq!(resp.header("x-weir-error"), None);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -10,10 +10,11 @@ use crate::priority::AdmissionLevel;
 pub const MIN_SEEN_FOR_SHARE: u64 = 20;
 
 /// Thresholds of the inflation audit.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct InflationPolicy {
     /// Flag when the most important class carries more than this share of traffic.
+    #[schemars(extend("exclusiveMinimum" = 0), range(max = 1))]
     pub top_class_share_max: f64,
 }
 

@@ -228,6 +228,16 @@ def check_injector_e2e(objects: list[dict], weir: Path, scratch: Path, namespace
         kubernetes_validate.validate(patched, "1.33.0", strict=True)
         status, data = request("POST", "/inject/namespace", b'{"apiVersion": "admission.k8s.io/v1"')
         assert status == 400 and b"not a JSON AdmissionReview" in data, (status, data)
+        # A pod that asked and cannot have weir: admitted, annotated with why, logged at WARN.
+        skipped = json.loads((INJECT / "fixtures" / "reviews" / "namespace__bad-override.json").read_text())
+        status, data = request("POST", "/inject/namespace", json.dumps(skipped).encode())
+        assert status == 200, f"review answered {status}: {data[:300]!r}"
+        response = json.loads(data)["response"]
+        assert response["allowed"] is True and response["warnings"], response
+        patched = jsonpatch.JsonPatch(json.loads(base64.b64decode(response["patch"]))).apply(copy.deepcopy(skipped["request"]["object"]))
+        status_annotation = patched["metadata"]["annotations"]["weir.dev/inject-status"]
+        assert status_annotation.startswith("skipped: "), status_annotation
+        assert [c["name"] for c in patched["spec"]["containers"]] == [c["name"] for c in skipped["request"]["object"]["spec"]["containers"]]
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -235,7 +245,11 @@ def check_injector_e2e(objects: list[dict], weir: Path, scratch: Path, namespace
         except subprocess.TimeoutExpired:
             proc.kill()
             raise AssertionError("weir inject did not stop within 15 s of SIGTERM")
-    assert rc == 0, f"weir inject exited {rc} on SIGTERM: {proc.stderr.read()}"
+    log = proc.stderr.read()
+    assert rc == 0, f"weir inject exited {rc} on SIGTERM: {log}"
+    warned = [l for l in log.splitlines() if "WARN" in l and "admitted without the weir sidecar" in l]
+    assert warned and "weir.dev/" in warned[0], f"no WARN line for the skipped pod in:\n{log}"
+    assert "\x1b[" not in log, "colour escapes in a piped log"
 
 
 # === helm upgrade keeps the generated certificate ===

@@ -28,9 +28,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import kubernetes_validate
+import promql_parser
 import yaml
 
 import inject_checks
+import schema_checks
+import secret_checks
 
 REPO = Path(__file__).resolve().parents[3]
 CHARTS = REPO / "charts"
@@ -53,6 +56,9 @@ class Case:
     values: Path
     kube_version: str
     expect_native: bool | None
+    # `pod-sim=false`: a values file that is not a deployable pod (every field set to a
+    # non-default value, an app port nothing listens on) is rendered and checked, not run.
+    pod_sim: bool = True
     # Filled by render().
     text: str = ""
     objects: list = field(default_factory=list)
@@ -78,6 +84,7 @@ def discover_cases() -> list[Case]:
                     values=values,
                     kube_version=opts["kube-version"],
                     expect_native=None if expect is None else expect == "true",
+                    pod_sim=opts.get("pod-sim", "true") == "true",
                 )
             )
     return cases
@@ -333,7 +340,8 @@ def check_sidecar(case: Case, config: dict, where: str, spec: dict) -> None:
 def check_invariants(case: Case) -> None:
     config = weir_config(case)
     # The config mirrors the sidecar's configuration sections and keys (docs/design.md §12).
-    assert set(config) == {"inbound", "admission", "admin"}, f"config sections {sorted(config)}"
+    assert {"inbound", "admission", "admin"} <= set(config) <= {"inbound", "admission", "admin", "egress", "log"}, \
+        f"config sections {sorted(config)}"
     for key in ("listen", "app", "max_inflight", "max_queued", "task_timeout", "entry", "shutdown_grace"):
         assert key in config["inbound"], f"config inbound.{key} missing"
     for key in ("window", "window_requests", "queuing_threshold", "law", "mode"):
@@ -379,8 +387,17 @@ def check_invariants(case: Case) -> None:
         check_injector(case)
     for policy in by_kind(case, "NetworkPolicy"):
         check_network_policy(case, policy)
+    # The injector alerts read the injector PodMonitor's job, "<namespace>/<name>".
+    injector_monitors = [m for m in by_kind(case, "PodMonitor") if m["metadata"]["name"].endswith("-injector")]
+    assert bool(injector_monitors) == (injector and bool(by_kind(case, "PrometheusRule") or by_kind(case, "PodMonitor") or by_kind(case, "ServiceMonitor"))), \
+        "the injector PodMonitor renders with the injector and any monitoring"
+    injector_job = None
+    for monitor in injector_monitors:
+        injector_job = f"{monitor['metadata']['namespace']}/{monitor['metadata']['name']}"
+        [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+        assert endpoint["scheme"] == "https" and endpoint["tlsConfig"]["ca"]["secret"]["key"] == "ca.crt", endpoint
     for rule in by_kind(case, "PrometheusRule"):
-        check_rules(rule)
+        check_rules(rule, injector_job)
     for cm in by_kind(case, "ConfigMap"):
         if cm["metadata"]["name"].endswith("-dashboard"):
             check_dashboard(cm)
@@ -402,6 +419,17 @@ def check_injector(case: Case) -> None:
         assert w["reinvocationPolicy"] == "IfNeeded", "the injector must see pods other webhooks changed"
         assert w["admissionReviewVersions"] == ["v1"]
         assert 1 <= w["timeoutSeconds"] <= 30
+    # Called only for pods that asked: the pod webhook selects the opt-in label (not every
+    # pod CREATE in the cluster), the namespace webhook every pod not labelled out.
+    [ns_hook, pod_hook] = hook["webhooks"]
+    [pod_sel] = pod_hook["objectSelector"]["matchExpressions"]
+    assert (pod_sel["key"], pod_sel["operator"], sorted(pod_sel["values"])) == ("weir.dev/inject", "In", ["enabled", "true"]), pod_sel
+    [ns_sel] = ns_hook["objectSelector"]["matchExpressions"]
+    assert (ns_sel["key"], ns_sel["operator"], sorted(ns_sel["values"])) == ("weir.dev/inject", "NotIn", ["disabled", "false"]), ns_sel
+    ns_label = {e["key"]: e for e in ns_hook["namespaceSelector"]["matchExpressions"]}["weir.dev/inject"]
+    assert (ns_label["operator"], ns_label["values"]) == ("In", ["enabled"]), ns_label
+    pod_ns_label = {e["key"]: e for e in pod_hook["namespaceSelector"]["matchExpressions"]}["weir.dev/inject"]
+    assert (pod_ns_label["operator"], sorted(pod_ns_label["values"])) == ("NotIn", ["disabled", "enabled"]), pod_ns_label
     pod = dep["spec"]["template"]
     assert pod["metadata"]["labels"].get("weir.dev/inject") == "disabled", "injector pods must opt out of injection"
     assert pod["spec"]["automountServiceAccountToken"] is False
@@ -473,13 +501,24 @@ def check_network_policy(case: Case, policy: dict) -> None:
             assert (labels.get("weir.dev/entry") == "true") == bool(config["inbound"]["entry"]), f"{where}: entry label"
 
 
-def check_rules(rule: dict) -> None:
+def check_rules(rule: dict, injector_job: str | None) -> None:
     rules = {r["alert"]: r for g in rule["spec"]["groups"] for r in g["rules"]}
     assert re.search(r"weir_priority_inflation\)? > 0", rules["WeirPriorityInflation"]["expr"])
-    assert re.search(r"weir_overloaded\)? == 1", rules["WeirSustainedOverload"]["expr"])
+    overload = rules["WeirSustainedOverload"]["expr"]
+    assert "weir_overloaded" not in overload, "the overload alert must read the shed rate, not weir_overloaded"
+    assert re.search(r'outcome=~"shed_overload\|shed_deadline\|would_shed"', overload) and re.search(r"\) > 0\.\d+$", overload), overload
     assert "weir_admission_level" in rules["WeirSheddingTopClass"]["expr"]
+    injector = bool(injector_job)
+    assert ("WeirInjectorDown" in rules) == injector and ("WeirInjectionSkipped" in rules) == injector, sorted(rules)
+    if injector:
+        assert rules["WeirInjectorDown"]["expr"] == f'absent(up{{job="{injector_job}"}} == 1)', rules["WeirInjectorDown"]["expr"]
+        assert f'job="{injector_job}", outcome="cannot_inject"' in rules["WeirInjectionSkipped"]["expr"]
     for r in rules.values():
         assert re.fullmatch(r"\d+[smh]", r["for"]) and r["labels"]["severity"], f"{r['alert']}: for/severity"
+        try:
+            promql_parser.parse(r["expr"])
+        except Exception as e:  # the parser raises plain exceptions with the position
+            raise AssertionError(f"{r['alert']}: invalid PromQL ({e}): {r['expr']}")
 
 
 def check_dashboard(cm: dict) -> None:
@@ -692,14 +731,18 @@ def main() -> int:
     rendered = {c.name: c.objects for c in cases}
     results.append(run(("inject fixture templates are the chart's renders",
                         lambda: inject_checks.check_fixture_templates(rendered, update))))
+    results.append(run(("every field `weir run` reads is settable through values (ci/every-field-values.yaml)",
+                        lambda: schema_checks.check_every_field_settable(rendered["weir__every-field"], weir))))
     results.append(run(("injector e2e: rendered Deployment args, chart-generated certificate, HTTPS client trusting the caBundle",
                         lambda: inject_checks.check_injector_e2e(rendered["weir__default"], weir, args.scratch, NAMESPACE))))
+    results.append(run(("one user secret per cluster: per-namespace releases copy userSecret.shareFrom (fake API server, --dry-run=server)",
+                        lambda: secret_checks.check_user_secret_shared(helm.run, CHARTS / "weir", args.scratch))))
     results.append(run(("helm upgrade keeps the generated injector certificate (fake API server, --dry-run=server)",
                         lambda: inject_checks.check_generated_tls_kept_on_upgrade(
                             helm.run, CHARTS / "weir", RELEASE["weir"], rendered["weir__default"], args.scratch, NAMESPACE))))
     if not update:
         results.append(run(("pod simulator: every rendered and injected pod starts, passes its probes, serves and stops",
-                            lambda: check_pods([c for c in cases if c.objects], weir, args.scratch))))
+                            lambda: check_pods([c for c in cases if c.objects and c.pod_sim], weir, args.scratch))))
     stale = sorted({p.name for p in GOLDEN.glob("*.yaml")} - {f"{c.name}.yaml" for c in cases})
     if update:
         for name in stale:

@@ -71,6 +71,7 @@ fn missing_arrays_and_maps_are_created_whole() {
         json!({
             "checksum/weir-config": "abc",
             "kubectl.kubernetes.io/default-container": "app",
+            "weir.dev/inject-status": "injected",
             "weir.dev/injected": "true"
         })
     );
@@ -92,6 +93,7 @@ fn keys_are_escaped_and_existing_arrays_appended() {
             "/metadata/labels/weir.dev~1sidecar",
             "/metadata/annotations/checksum~1weir-config",
             "/metadata/annotations/kubectl.kubernetes.io~1default-container",
+            "/metadata/annotations/weir.dev~1inject-status",
             "/metadata/annotations/weir.dev~1injected"
         ],
         "a longer grace period is kept"
@@ -106,17 +108,30 @@ fn opt_out_wins_over_every_opt_in() {
         let excl = Exclusions::defaults(None);
         let d = plan(&pod(json!({"weir.dev/inject": "false"})), "shop", scope, &t, &excl);
         assert_eq!(d.outcome, Outcome::OptedOut);
-        let mut labelled = pod(json!({"weir.dev/inject": "true"}));
-        labelled["metadata"]["labels"] = json!({"weir.dev/inject": "disabled"});
-        assert_eq!(plan(&labelled, "shop", scope, &t, &excl).outcome, Outcome::OptedOut);
+        for label in ["disabled", "false"] {
+            let mut labelled = pod(json!({"weir.dev/inject": "true"}));
+            labelled["metadata"]["labels"] = json!({"weir.dev/inject": label});
+            assert_eq!(plan(&labelled, "shop", scope, &t, &excl).outcome, Outcome::OptedOut);
+        }
+        // The pod's label opts in, its annotation out: out.
+        let mut both = pod(json!({"weir.dev/inject": "false"}));
+        both["metadata"]["labels"] = json!({"weir.dev/inject": "true"});
+        assert_eq!(plan(&both, "shop", scope, &t, &excl).outcome, Outcome::OptedOut);
     }
 }
 
 #[test]
-fn the_pod_webhook_needs_the_annotation() {
+fn the_pod_webhook_needs_the_label_or_the_annotation() {
     let t = template("initContainers", None);
     let excl = Exclusions::defaults(None);
     assert_eq!(plan(&pod(json!({})), "shop", Scope::Pod, &t, &excl).outcome, Outcome::NotOptedIn);
+    for label in ["true", "enabled"] {
+        let mut labelled = pod(json!({}));
+        labelled["metadata"]["labels"] = json!({"weir.dev/inject": label});
+        let on = plan(&labelled, "shop", Scope::Pod, &t, &excl);
+        assert_eq!(on.outcome, Outcome::Injected, "{label}");
+        assert_eq!(on.reason, "opted in by pod label");
+    }
     let on = plan(&pod(json!({"weir.dev/inject": "true"})), "shop", Scope::Pod, &t, &excl);
     assert_eq!(on.outcome, Outcome::Injected);
     assert_eq!(on.reason, "opted in by pod annotation");
@@ -178,9 +193,23 @@ fn bad_overrides_and_conflicts_mean_no_sidecar_and_a_warning() {
     for (annotations, needle) in cases {
         let d = plan_ns(&pod(annotations.clone()), &t);
         assert_eq!(d.outcome, Outcome::CannotInject, "{annotations}");
-        assert!(d.patch.is_empty());
+        // No sidecar: the patch only says why, on the pod.
+        assert_eq!(paths(&d), ["/metadata/annotations/weir.dev~1inject-status"], "{annotations}");
+        let status = d.patch[0].value.as_str().unwrap();
+        assert!(status.starts_with("skipped: ") && status.contains(needle), "{status}");
         assert!(d.warnings[0].contains(needle), "{annotations}: {:?}", d.warnings);
     }
+    // A pod without annotations gets the map; one without metadata gets that first.
+    let mut bare =
+        json!({"metadata": {"name": "p"}, "spec": {"hostNetwork": true, "containers": []}});
+    let d = plan_ns(&bare, &t);
+    assert_eq!(paths(&d), ["/metadata/annotations"]);
+    assert_eq!(
+        d.patch[0].value,
+        json!({"weir.dev/inject-status": "skipped: hostNetwork pods share the node's ports"})
+    );
+    bare.as_object_mut().unwrap().remove("metadata");
+    assert_eq!(paths(&plan_ns(&bare, &t)), ["/metadata", "/metadata/annotations"]);
     let mut host = pod(json!({}));
     host["spec"]["hostNetwork"] = json!(true);
     assert!(plan_ns(&host, &t).warnings[0].contains("hostNetwork"));
@@ -197,6 +226,11 @@ fn bad_overrides_and_conflicts_mean_no_sidecar_and_a_warning() {
     assert_eq!(plan_ns(&job, &t).outcome, Outcome::Injected, "a native sidecar suits a Job");
     let no_spec = json!({"metadata": {}});
     assert_eq!(plan_ns(&no_spec, &t).outcome, Outcome::CannotInject);
+    // Skipped for other reasons (not asked, opted out, excluded, already there): no patch.
+    let mut opted_out = pod(json!({"weir.dev/inject": "false"}));
+    assert!(plan_ns(&opted_out, &t).patch.is_empty());
+    opted_out["spec"]["containers"] = json!([{"name": "weir-proxy"}]);
+    assert!(plan_ns(&opted_out, &t).patch.is_empty());
 }
 
 #[test]

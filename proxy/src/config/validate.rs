@@ -111,6 +111,19 @@ impl SidecarConfig {
                  level. For a demo, set admin.allow_empty_user_secret: true",
             );
         }
+        for (field, path) in [
+            ("admin.table_file", &self.admin.table_file),
+            ("admin.token_file", &self.admin.token_file),
+            ("admin.user_secret_file", &self.admin.user_secret_file),
+            ("admin.state_path", &self.admin.state_path),
+        ] {
+            if path.as_deref().is_some_and(control_api::input::is_stdin) {
+                return bad(
+                    field,
+                    "`-` (standard input) cannot be watched or re-read; name a file",
+                );
+            }
+        }
         if tracing_subscriber::EnvFilter::try_new(&self.log.filter).is_err() {
             return bad("log.filter", "not a valid filter directive");
         }

@@ -4,88 +4,108 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use admission_core::downstream::{DEFAULT_EXPIRY, DEFAULT_MAX_AUTHORITIES};
+use admission_core::schema::{HumanDuration, SocketAddrString};
 use admission_core::FieldError;
+use schemars::JsonSchema;
 use serde::Deserialize;
 
 use crate::config::AppProtocol;
 
 /// The egress role: the listener the app sends its outbound calls to.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EgressConfig {
     /// Off unless enabled here or by `--egress ADDR`.
     pub enabled: bool,
     /// The forward-proxy listener: absolute-form requests (`HTTP_PROXY`), else routed by
     /// `Host` / `:authority`.
+    #[schemars(with = "SocketAddrString")]
     pub listen: SocketAddr,
     /// Fixed per-downstream listeners: everything arriving on `listen` goes to `target`.
+    #[schemars(length(max = MAX_ROUTES))]
     pub routes: Vec<EgressRoute>,
     /// How long a downstream's level is trusted without news (then it is probed again).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub level_expiry: Duration,
     /// Downstream authorities whose level is cached (and exported as a metric label); the
     /// responses of any further ones are counted, not cached.
+    #[schemars(range(min = 0, max = MAX_AUTHORITIES))]
     pub max_authorities: usize,
     /// Budget of an outbound request that carries no deadline.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub default_budget: Duration,
     /// Taken off the budget passed on (never below 1 ms), so a downstream's own deadline
     /// refusal reaches the app before the egress gives up on it (a refusal, not a timeout).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub deadline_margin: Duration,
     /// Protocol towards downstreams: `auto` (h2c for HTTP/2 callers), `http1` or `h2c`.
     pub protocol: AppProtocol,
     /// Accepted connections at once; beyond that, new ones are closed at once.
+    #[schemars(range(min = 1, max = 1_000_000))]
     pub max_connections: usize,
     /// Idle HTTP/1.1 connections kept per downstream address.
+    #[schemars(range(min = 0, max = 100_000))]
     pub max_idle_per_downstream: usize,
     /// Worker threads of the egress runtime.
+    #[schemars(range(min = 1, max = 1024))]
     pub threads: usize,
     pub h2: EgressH2,
     pub timeouts: EgressTimeouts,
 }
 
 /// One fixed per-downstream listener.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EgressRoute {
+    #[schemars(with = "SocketAddrString")]
     pub listen: SocketAddr,
     /// `host:port` of the downstream (its sidecar's inbound listener).
     pub target: String,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EgressH2 {
     /// Streams one app connection may have open at once.
+    #[schemars(range(min = 1, max = 65_536))]
     pub max_concurrent_streams: u32,
 }
 
 /// Every wait of the egress role, named. The downstream's response is bounded by the
 /// request's remaining budget, not by a setting.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct EgressTimeouts {
     /// From accept (or the previous response) to a complete request head.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub header_read: Duration,
     /// An app connection with no request in flight is closed after this.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub idle: Duration,
     /// Longest gap while reading a body (the app's request, the downstream's response).
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub body_read: Duration,
     /// Longest time without progress writing a response body to the app.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub write: Duration,
     /// TCP connect to a downstream.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub connect: Duration,
     /// Name resolution of a downstream authority.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub resolve: Duration,
     /// A resolved address is used for this long, then the name is resolved again.
     #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
     pub resolve_ttl: Duration,
 }
 

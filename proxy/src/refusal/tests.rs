@@ -37,13 +37,34 @@ fn grpc_refusal_is_trailers_only_resource_exhausted() {
 #[test]
 fn weirs_own_errors_map_to_grpc_statuses_for_grpc_callers() {
     let r = refusals();
-    for (status, grpc) in [(502, "14"), (504, "4"), (400, "13")] {
-        let (code, headers) = r.error_head(StatusCode::from_u16(status).unwrap(), true);
+    for (error, status, grpc) in [
+        (WeirError::AppUnreachable, 502, "14"),
+        (WeirError::AppTimeout, 504, "4"),
+        (WeirError::BadRequest, 400, "13"),
+    ] {
+        let (code, headers) = r.error_head(error, true);
         assert_eq!(code, StatusCode::OK, "{status}");
         assert_eq!(headers["grpc-status"], grpc, "{status}");
-        let (code, headers) = r.error_head(StatusCode::from_u16(status).unwrap(), false);
+        assert_eq!(headers["x-weir-error"], error.as_str());
+        let (code, headers) = r.error_head(error, false);
         assert_eq!(code.as_u16(), status);
         assert_eq!(headers["content-length"], "0");
+        assert_eq!(headers["x-weir-error"], error.as_str());
+    }
+}
+
+#[test]
+fn every_weir_error_names_itself_and_gateway_errors_say_app_or_downstream() {
+    let mut seen = std::collections::BTreeSet::new();
+    for e in WeirError::ALL {
+        assert!(seen.insert(e.as_str()), "{} twice", e.as_str());
+        assert!(HeaderValue::from_str(e.as_str()).is_ok());
+        if matches!(e.status().as_u16(), 502 | 504) {
+            assert!(
+                e.as_str().starts_with("app-") || e.as_str().starts_with("downstream-"),
+                "{e:?}"
+            );
+        }
     }
 }
 
