@@ -354,7 +354,7 @@ impl EgressService {
     ) -> Response<ResponseBody> {
         let arrival = Instant::now();
         let in_flight = InFlight::enter(&self.active);
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let grpc = parts
             .headers
             .get(CONTENT_TYPE)
@@ -362,6 +362,10 @@ impl EgressService {
         if parts.method == Method::CONNECT {
             // A tunnel hides the downstream's responses, so its level could not be learnt.
             return self.error(None, StatusCode::METHOD_NOT_ALLOWED, grpc);
+        }
+        // The same one authority the inbound role enforces (and no hop-by-hop headers).
+        if let Err(status) = crate::forward_headers::check_request_head(&mut parts) {
+            return self.error(None, status, grpc);
         }
         let Some(authority) = forward::target_authority(route, &parts.uri, &parts.headers) else {
             return self.error(None, StatusCode::BAD_REQUEST, grpc);
