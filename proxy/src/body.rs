@@ -413,57 +413,119 @@ impl ResponseBody {
         write: Duration,
         finished: impl FnOnce(bool) + Send + 'static,
     ) -> Self {
+        let mut finished = Some(finished);
+        Self::pumped_with_events(body, gap, write, write, move |event| {
+            if let PumpEvent::Ended { ok } = event {
+                if let Some(f) = finished.take() {
+                    f(ok)
+                }
+            }
+        })
+    }
+
+    /// [`ResponseBody::pumped`], also telling when the caller has taken nothing for
+    /// `stall_grace` ([`PumpEvent::CallerStalled`], at most once, before `Ended`).
+    pub fn pumped_with_events(
+        body: Incoming,
+        gap: Duration,
+        write: Duration,
+        stall_grace: Duration,
+        on_event: impl FnMut(PumpEvent) + Send + 'static,
+    ) -> Self {
         let hint = body.size_hint();
         let (tx, frames) = mpsc::channel(PUMP_FRAMES);
-        tokio::spawn(pump(body, tx, gap, write, finished));
+        tokio::spawn(pump(body, tx, gap, write, stall_grace.min(write), on_event));
         ResponseBody { kind: Kind::Pumped { frames, hint, ended: false }, watch: None, held: None }
     }
 }
 
-/// Reads the app's body to its end into the channel. `finished(true)` when the app's body
-/// ended cleanly, `finished(false)` when it failed or the caller is gone.
-async fn pump(
+/// What the pump reports about the exchange it moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PumpEvent {
+    /// The pump has waited `stall_grace` for the caller to take a frame: the app is now
+    /// waiting on the caller, not the other way round.
+    CallerStalled,
+    /// The app's body ended cleanly (`ok`), or it failed, or the caller is gone or took
+    /// nothing for `timeouts.write` (the exchange is abandoned).
+    Ended { ok: bool },
+}
+
+/// Reads the app's body to its end into the channel, reporting [`PumpEvent`]s.
+async fn pump<E: FnMut(PumpEvent)>(
     mut body: Incoming,
     tx: mpsc::Sender<Item>,
     gap: Duration,
     write: Duration,
-    finished: impl FnOnce(bool),
+    stall_grace: Duration,
+    on_event: E,
 ) {
     use http_body_util::BodyExt;
-    let mut finished = Some(finished);
-    let mut done = |ok: bool| {
-        if let Some(f) = finished.take() {
-            f(ok)
-        }
-    };
+    let mut report = Reporter { on_event, stalled: false, ended: false };
     loop {
         let item = match tokio::time::timeout(gap, body.frame()).await {
             Ok(Some(Ok(frame))) => Item::Frame(frame),
             Ok(None) => {
                 // The app is done: release its slot before waiting on the caller.
-                done(true);
+                report.ended(true);
                 let _ = tokio::time::timeout(write, tx.send(Item::End)).await;
                 return;
             }
             Ok(Some(Err(e))) => {
                 tracing::debug!(error = %e, "app response body failed");
-                done(false);
+                report.ended(false);
                 let _ = tx.try_send(Item::Failed(BodyStall::Aborted));
                 return;
             }
             Err(_) => {
-                done(false);
+                report.ended(false);
                 let _ = tx.try_send(Item::Failed(BodyStall::ResponseBodyRead));
                 return;
             }
         };
-        match tokio::time::timeout(write, tx.send(item)).await {
-            Ok(Ok(())) => {}
-            // The caller is gone, or has not read for `write`: the exchange is abandoned.
-            Ok(Err(_)) | Err(_) => {
-                done(false);
+        // Room for the frame within `write`; past `stall_grace` of it, the caller is the one
+        // holding the exchange up.
+        let room = match tokio::time::timeout(stall_grace, tx.reserve()).await {
+            Ok(room) => room,
+            Err(_) => {
+                report.stalled();
+                match tokio::time::timeout(write - stall_grace, tx.reserve()).await {
+                    Ok(room) => room,
+                    Err(_) => {
+                        // Nothing taken for `write`: the exchange is abandoned.
+                        report.ended(false);
+                        return;
+                    }
+                }
+            }
+        };
+        match room {
+            Ok(room) => room.send(item),
+            // The caller is gone.
+            Err(_) => {
+                report.ended(false);
                 return;
             }
+        }
+    }
+}
+
+/// Reports each [`PumpEvent`] at most once, `CallerStalled` never after `Ended`.
+struct Reporter<E> {
+    on_event: E,
+    stalled: bool,
+    ended: bool,
+}
+
+impl<E: FnMut(PumpEvent)> Reporter<E> {
+    fn stalled(&mut self) {
+        if !self.ended && !std::mem::replace(&mut self.stalled, true) {
+            (self.on_event)(PumpEvent::CallerStalled);
+        }
+    }
+
+    fn ended(&mut self, ok: bool) {
+        if !std::mem::replace(&mut self.ended, true) {
+            (self.on_event)(PumpEvent::Ended { ok });
         }
     }
 }

@@ -31,7 +31,7 @@ use http::{HeaderName, Method, Request, Response, StatusCode};
 use hyper::body::{Body, Incoming};
 
 use crate::app_client::{ClientSettings, Endpoint, Protocol};
-use crate::body::{EarlyBody, ResponseBody};
+use crate::body::{EarlyBody, PumpEvent, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
 use crate::priority::PriorityHeaders;
@@ -542,14 +542,30 @@ impl Inbound {
                 }
             };
         }
-        let body = ResponseBody::pumped(body, self.body_read, self.write, move |ok| {
-            if ok {
-                exchange.done();
-                lease.reusable();
-            } else {
-                exchange.failed();
-            }
-        });
+        // The slot goes back when the app's body ends, or once the caller keeps the app
+        // waiting (see `AppExchange::stall_grace`); the lease (the app connection, or the h2
+        // stream's place) only when the body ends.
+        let stall_grace = exchange.stall_grace();
+        let (mut exchange, mut lease) = (Some(exchange), Some(lease));
+        let body = ResponseBody::pumped_with_events(
+            body,
+            self.body_read,
+            self.write,
+            stall_grace,
+            move |event| {
+                if let Some(exchange) = exchange.take() {
+                    match event {
+                        PumpEvent::Ended { ok: false } => exchange.failed(),
+                        PumpEvent::CallerStalled | PumpEvent::Ended { ok: true } => exchange.done(),
+                    }
+                }
+                if event == (PumpEvent::Ended { ok: true }) {
+                    if let Some(lease) = lease.take() {
+                        lease.reusable();
+                    }
+                }
+            },
+        );
         Response::from_parts(head, body.watched())
     }
 }

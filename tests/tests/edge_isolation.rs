@@ -34,6 +34,10 @@ async fn callers_that_never_read_do_not_stall_the_shared_h2c_connections() {
     let weir = edge_sidecar(app.addr, |c| {
         c.inbound.app_protocol = AppProtocol::H2c;
         c.inbound.timeouts.write = WRITE;
+        // The shipped default: the in-flight limit follows the app, a handful of slots for
+        // this one, which stalled callers held until `timeouts.write` (isolating the h2c
+        // windows alone did not help then).
+        c.inbound.adaptive_inflight = true;
     });
     let addr = weir.inbound_addr();
     let unattacked = unattacked_series(addr, PROBES, PROBE_BOUND).await;
