@@ -100,7 +100,7 @@ async fn callers_that_never_read_do_not_stall_the_shared_h2c_connections() {
             .unwrap();
         assert!(ended.is_err(), "zero-window stream {i} cannot complete: {ended:?}");
     }
-    tokio::time::sleep((WRITE + Duration::from_millis(500)).saturating_sub(started.elapsed()))
+    tokio::time::sleep((WRITE + Duration::from_millis(1500)).saturating_sub(started.elapsed()))
         .await;
     for (i, raw) in readers.iter_mut().enumerate() {
         let read = raw.closed_within(MARGIN).await.unwrap_or_else(|e| panic!("reader {i}: {e}"));
