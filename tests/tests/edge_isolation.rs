@@ -193,7 +193,12 @@ async fn an_idempotent_request_lost_on_a_reused_app_connection_is_sent_again() {
     }
     let dropped = app.dropped.load(std::sync::atomic::Ordering::Relaxed);
     assert!(dropped >= 20, "the app closed the reused connections under 20 requests: {dropped}");
-    Latencies::report("app closing reused connections (GET, retried)", &latencies, &latencies);
+    eprintln!(
+        "[app closing reused connections] 20 GETs, each lost once and sent again on a fresh \
+         connection: p50 {:.2} ms p99 {:.2} ms",
+        latencies.quantile(0.5).as_secs_f64() * 1e3,
+        latencies.quantile(0.99).as_secs_f64() * 1e3
+    );
 
     // A POST is not repeated: the app may have acted on it.
     let resp = client
