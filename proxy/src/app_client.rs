@@ -16,7 +16,8 @@
 //!   caller stopped reading stops at its own window and can never use up the window the
 //!   other streams' data needs. (With one window for both, one unread 20 MB response
 //!   stalled every stream on its connection until `timeouts.write`.) Its caller's
-//!   `timeouts.write` then ends it.
+//!   `timeouts.write` then ends it, or sooner a request waiting for a place on its
+//!   connection ([`Lease::place_wanted`]): stalled streams cannot take every place either.
 //! - Connecting is bounded by `timeouts.app_connect`; the caller bounds the response head
 //!   by the request's remaining budget.
 
@@ -33,7 +34,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::body::RequestBody;
+use crate::body::{RequestBody, YieldSignal};
 
 /// An h2c stream's receive window: the most of one response the upstream may send ahead of
 /// what weir has read (the pump then holds up to 16 more frames). 256 KiB moves a 20 MB
@@ -101,7 +102,15 @@ pub struct Exchange {
 #[derive(Debug)]
 pub struct Lease {
     held: Option<(http1::SendRequest<RequestBody>, Arc<Http1Pool>)>,
-    _stream: Option<OwnedSemaphorePermit>,
+    stream: Option<StreamPlace>,
+}
+
+/// An h2c stream's place on its shared connection, and how that connection says a request
+/// is waiting for one.
+#[derive(Debug)]
+struct StreamPlace {
+    _permit: OwnedSemaphorePermit,
+    wanted: Arc<YieldSignal>,
 }
 
 #[derive(Debug)]
@@ -122,6 +131,9 @@ struct H2Connections {
     slots: Box<[tokio::sync::Mutex<Option<http2::SendRequest<RequestBody>>>]>,
     /// Per slot, its [`H2_STREAMS_PER_CONNECTION`] stream places.
     streams: Box<[Arc<Semaphore>]>,
+    /// Per slot, told (once per waiter) when a request has to wait for a place: a stream
+    /// whose caller has stalled gives its place up then (see [`Lease::place_wanted`]).
+    wanted: Box<[Arc<YieldSignal>]>,
     next: AtomicUsize,
 }
 
@@ -129,10 +141,15 @@ struct H2Connections {
 
 impl Endpoint {
     pub fn new(addr: SocketAddr, settings: ClientSettings) -> Self {
+        Self::with_stream_places(addr, settings, H2_STREAMS_PER_CONNECTION)
+    }
+
+    /// With `places` streams per h2c connection (tests use a few).
+    fn with_stream_places(addr: SocketAddr, settings: ClientSettings, places: usize) -> Self {
         let h2_count = settings.h2_connections.max(1);
         let h2_slots = (0..h2_count).map(|_| Default::default()).collect();
-        let h2_streams =
-            (0..h2_count).map(|_| Arc::new(Semaphore::new(H2_STREAMS_PER_CONNECTION))).collect();
+        let h2_streams = (0..h2_count).map(|_| Arc::new(Semaphore::new(places))).collect();
+        let h2_wanted = (0..h2_count).map(|_| Arc::new(YieldSignal::default())).collect();
         Endpoint {
             addr,
             http1: Arc::new(Http1Pool {
@@ -140,7 +157,12 @@ impl Endpoint {
                 max_idle: settings.max_idle_http1,
                 idle_timeout: settings.idle_timeout,
             }),
-            h2: H2Connections { slots: h2_slots, streams: h2_streams, next: AtomicUsize::new(0) },
+            h2: H2Connections {
+                slots: h2_slots,
+                streams: h2_streams,
+                wanted: h2_wanted,
+                next: AtomicUsize::new(0),
+            },
             settings,
         }
     }
@@ -175,7 +197,7 @@ impl Endpoint {
             let again = if pooled { replay(&req) } else { None };
             match sender.try_send_request(req).await {
                 Ok(response) => {
-                    let lease = Lease { held: Some((sender, self.http1.clone())), _stream: None };
+                    let lease = Lease { held: Some((sender, self.http1.clone())), stream: None };
                     return Ok(Exchange { response, lease });
                 }
                 Err(mut e) => {
@@ -202,19 +224,25 @@ impl Endpoint {
     }
 
     /// A place for one more stream on a shared connection: on the next slot in turn with
-    /// one free, or (every connection full) the first to free one on that slot.
-    async fn h2_stream_place(&self) -> (usize, OwnedSemaphorePermit) {
+    /// one free, or (every connection full) the first to free one on that slot, whose
+    /// stalled streams are told a request is waiting.
+    async fn h2_stream_place(&self) -> (usize, StreamPlace) {
         let first = self.h2.next.fetch_add(1, Relaxed);
         let count = self.h2.slots.len();
+        let place = |slot: usize, permit| StreamPlace {
+            _permit: permit,
+            wanted: self.h2.wanted[slot].clone(),
+        };
         for i in 0..count {
             let slot = (first + i) % count;
-            if let Ok(place) = self.h2.streams[slot].clone().try_acquire_owned() {
-                return (slot, place);
+            if let Ok(permit) = self.h2.streams[slot].clone().try_acquire_owned() {
+                return (slot, place(slot, permit));
             }
         }
         let slot = first % count;
-        let place = self.h2.streams[slot].clone().acquire_owned().await;
-        (slot, place.expect("the stream semaphores are never closed"))
+        self.h2.wanted[slot].want();
+        let permit = self.h2.streams[slot].clone().acquire_owned().await;
+        (slot, place(slot, permit.expect("the stream semaphores are never closed")))
     }
 
     async fn send_h2(&self, mut req: Request<RequestBody>) -> Result<Exchange, ClientError> {
@@ -229,7 +257,7 @@ impl Endpoint {
             };
             match sender.try_send_request(req).await {
                 Ok(response) => {
-                    let lease = Lease { held: None, _stream: Some(place) };
+                    let lease = Lease { held: None, stream: Some(place) };
                     return Ok(Exchange { response, lease });
                 }
                 Err(mut e) => match e.take_message() {
@@ -361,10 +389,102 @@ impl Http1Pool {
 // === impl Lease ===
 
 impl Lease {
+    /// For an h2c stream: resolves when a request is waiting for a place on this stream's
+    /// connection. A response whose caller has stalled then gives up its place (and its
+    /// caller the response) rather than hold up a caller who reads.
+    pub fn place_wanted(&self) -> Option<Arc<YieldSignal>> {
+        self.stream.as_ref().map(|s| s.wanted.clone())
+    }
+
     /// The body was read to its end: the connection may serve the next request.
     pub fn reusable(mut self) {
         if let Some((sender, pool)) = self.held.take() {
             pool.checkin(sender);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::{PumpEvent, ResponseBody};
+
+    /// An h2c app answering every request with 4 MiB.
+    async fn h2_app() -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|_req| async {
+                        let body =
+                            http_body_util::Full::new(bytes::Bytes::from(vec![7u8; 4 << 20]));
+                        Ok::<_, std::convert::Infallible>(Response::new(body))
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    fn get(addr: SocketAddr) -> Request<RequestBody> {
+        Request::get(format!("http://{addr}/")).body(RequestBody::empty()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stalled_response_gives_its_place_to_a_waiting_request() {
+        let addr = h2_app().await;
+        let settings = ClientSettings {
+            connect_timeout: Duration::from_secs(1),
+            max_idle_http1: 1,
+            idle_timeout: Duration::from_secs(1),
+            h2_connections: 1,
+        };
+        let endpoint = Endpoint::with_stream_places(addr, settings, 2);
+        let long = Duration::from_secs(30);
+        let mut stalled = Vec::new();
+        for _ in 0..2 {
+            let Exchange { response, lease } =
+                endpoint.send(Protocol::H2c, get(addr)).await.unwrap();
+            let (wanted, events) = (lease.place_wanted(), Arc::new(Mutex::new(Vec::new())));
+            let (seen, mut lease) = (events.clone(), Some(lease));
+            let grace = Duration::from_millis(10);
+            let body = ResponseBody::pumped_with_events(
+                response.into_body(),
+                long,
+                long,
+                grace,
+                wanted,
+                move |event| {
+                    seen.lock().unwrap().push(event);
+                    if matches!(event, PumpEvent::Ended { .. }) {
+                        lease.take();
+                    }
+                },
+            );
+            stalled.push((body, events));
+        }
+        // Nobody reads either response: both stall and hold the connection's two places.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for (_, events) in &stalled {
+            assert_eq!(events.lock().unwrap().as_slice(), [PumpEvent::CallerStalled]);
+        }
+        let started = Instant::now();
+        let third =
+            tokio::time::timeout(Duration::from_secs(5), endpoint.send(Protocol::H2c, get(addr)))
+                .await
+                .expect("a place long before the stalled responses' write timeout")
+                .unwrap();
+        assert_eq!(third.response.status(), 200);
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        let gave_way = stalled
+            .iter()
+            .filter(|(_, e)| e.lock().unwrap().contains(&PumpEvent::Ended { ok: false }))
+            .count();
+        assert_eq!(gave_way, 1, "exactly one stalled response gave its place up");
     }
 }

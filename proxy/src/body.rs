@@ -414,7 +414,7 @@ impl ResponseBody {
         finished: impl FnOnce(bool) + Send + 'static,
     ) -> Self {
         let mut finished = Some(finished);
-        Self::pumped_with_events(body, gap, write, write, move |event| {
+        Self::pumped_with_events(body, gap, write, write, None, move |event| {
             if let PumpEvent::Ended { ok } = event {
                 if let Some(f) = finished.take() {
                     f(ok)
@@ -424,17 +424,21 @@ impl ResponseBody {
     }
 
     /// [`ResponseBody::pumped`], also telling when the caller has taken nothing for
-    /// `stall_grace` ([`PumpEvent::CallerStalled`], at most once, before `Ended`).
+    /// `stall_grace` ([`PumpEvent::CallerStalled`], at most once, before `Ended`). Once
+    /// stalled, the exchange is abandoned as soon as `yield_to` is notified (another
+    /// request waits for what this one holds), not only after `write`.
     pub fn pumped_with_events(
         body: Incoming,
         gap: Duration,
         write: Duration,
         stall_grace: Duration,
+        yield_to: Option<Arc<YieldSignal>>,
         on_event: impl FnMut(PumpEvent) + Send + 'static,
     ) -> Self {
         let hint = body.size_hint();
         let (tx, frames) = mpsc::channel(PUMP_FRAMES);
-        tokio::spawn(pump(body, tx, gap, write, stall_grace.min(write), on_event));
+        let stall = Stall { grace: stall_grace.min(write), yield_to };
+        tokio::spawn(pump(body, tx, gap, write, stall, on_event));
         ResponseBody { kind: Kind::Pumped { frames, hint, ended: false }, watch: None, held: None }
     }
 }
@@ -450,13 +454,55 @@ pub enum PumpEvent {
     Ended { ok: bool },
 }
 
+/// Tells stalled responses that another request waits for what they hold (an h2c stream's
+/// place on a shared connection). Only a response already waiting on its caller hears it,
+/// one per [`YieldSignal::want`]; with none waiting, nothing is stored for later.
+#[derive(Debug, Default)]
+pub struct YieldSignal {
+    notify: tokio::sync::Notify,
+    /// Stalled responses listening now.
+    listening: AtomicU64,
+}
+
+impl YieldSignal {
+    /// A request waits: one stalled response, if any is listening, gives way.
+    pub fn want(&self) {
+        if self.listening.load(Acquire) > 0 {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Resolves when [`YieldSignal::want`] picks this listener.
+    async fn wanted(&self) {
+        struct Listening<'a>(&'a AtomicU64);
+        impl Drop for Listening<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, AcqRel);
+            }
+        }
+        let notified = self.notify.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Registered before it is counted, so a `want` that sees the count finds it.
+        notified.as_mut().enable();
+        self.listening.fetch_add(1, AcqRel);
+        let _listening = Listening(&self.listening);
+        notified.await;
+    }
+}
+
+/// When a pump counts its caller as stalled, and what it then yields to.
+struct Stall {
+    grace: Duration,
+    yield_to: Option<Arc<YieldSignal>>,
+}
+
 /// Reads the app's body to its end into the channel, reporting [`PumpEvent`]s.
 async fn pump<E: FnMut(PumpEvent)>(
     mut body: Incoming,
     tx: mpsc::Sender<Item>,
     gap: Duration,
     write: Duration,
-    stall_grace: Duration,
+    stall: Stall,
     on_event: E,
 ) {
     use http_body_util::BodyExt;
@@ -484,11 +530,25 @@ async fn pump<E: FnMut(PumpEvent)>(
         };
         // Room for the frame within `write`; past `stall_grace` of it, the caller is the one
         // holding the exchange up.
-        let room = match tokio::time::timeout(stall_grace, tx.reserve()).await {
+        let room = match tokio::time::timeout(stall.grace, tx.reserve()).await {
             Ok(room) => room,
             Err(_) => {
                 report.stalled();
-                match tokio::time::timeout(write - stall_grace, tx.reserve()).await {
+                let wanted = async {
+                    match &stall.yield_to {
+                        Some(signal) => signal.wanted().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let room = tokio::select! {
+                    room = tokio::time::timeout(write - stall.grace, tx.reserve()) => room,
+                    () = wanted => {
+                        tracing::debug!("response abandoned: its caller stalled and a request waits for its place");
+                        report.ended(false);
+                        return;
+                    }
+                };
+                match room {
                     Ok(room) => room,
                     Err(_) => {
                         // Nothing taken for `write`: the exchange is abandoned.

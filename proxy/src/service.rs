@@ -546,12 +546,14 @@ impl Inbound {
         // waiting (see `AppExchange::stall_grace`); the lease (the app connection, or the h2
         // stream's place) only when the body ends.
         let stall_grace = exchange.stall_grace();
+        let place_wanted = lease.place_wanted();
         let (mut exchange, mut lease) = (Some(exchange), Some(lease));
         let body = ResponseBody::pumped_with_events(
             body,
             self.body_read,
             self.write,
             stall_grace,
+            place_wanted,
             move |event| {
                 if let Some(exchange) = exchange.take() {
                     match event {
