@@ -5,9 +5,19 @@
 //!   and the cold ones age out), an idle connection is closed after [`ClientSettings::
 //!   idle_timeout`], and at most [`ClientSettings::max_idle_http1`] are kept. A connection
 //!   goes back to the pool only once its response body has been read to the end. A request
-//!   that a pooled connection could not even start (the app closed it meanwhile) is retried
-//!   once on another.
-//! - h2c (prior knowledge): a few shared connections, streams multiplexed on them.
+//!   that a pooled connection could not even start (the app closed it meanwhile) is tried
+//!   on another; an idempotent one that weir holds whole (no body, or one read ahead to its
+//!   end) and that a reused connection lost before its response came (the app closed it
+//!   as the request went out) is sent once more, on a fresh connection.
+//! - h2c (prior knowledge): a few shared connections, streams multiplexed on them, and no
+//!   stream can hold up the others. Each stream's receive window is [`H2_STREAM_WINDOW`]
+//!   and a connection carries at most [`H2_STREAMS_PER_CONNECTION`] streams, while its
+//!   connection window is larger than all their stream windows together: a response whose
+//!   caller stopped reading stops at its own window and can never use up the window the
+//!   other streams' data needs. (With one window for both, one unread 20 MB response
+//!   stalled every stream on its connection until `timeouts.write`.) Its caller's
+//!   `timeouts.write` then ends it, or sooner a request waiting for a place on its
+//!   connection ([`Lease::place_wanted`]): stalled streams cannot take every place either.
 //! - Connecting is bounded by `timeouts.app_connect`; the caller bounds the response head
 //!   by the request's remaining budget.
 
@@ -17,13 +27,28 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use http::{Request, Response};
+use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::body::RequestBody;
+use crate::body::{RequestBody, YieldSignal};
+
+/// An h2c stream's receive window: the most of one response the upstream may send ahead of
+/// what weir has read (the pump then holds up to 16 more frames). 256 KiB moves a 20 MB
+/// response as fast as the adaptive window did on loopback (docs/design.md, "Timeouts").
+pub const H2_STREAM_WINDOW: u32 = 256 * 1024;
+
+/// Streams one shared h2c connection carries at once; a request beyond that waits (within
+/// its budget) for one to end. Above the in-flight limit's default (256) over two
+/// connections, and above what most h2 servers allow per connection (nginx 128).
+pub const H2_STREAMS_PER_CONNECTION: usize = 256;
+
+/// The connection's receive window: every stream's window full, with room for two more,
+/// is still less than it, so the streams that are read always have window left.
+pub const H2_CONNECTION_WINDOW: u32 = (H2_STREAMS_PER_CONNECTION as u32 + 2) * H2_STREAM_WINDOW;
 
 /// How the pool is sized and bounded.
 #[derive(Debug, Clone)]
@@ -71,11 +96,21 @@ pub struct Exchange {
     pub lease: Lease,
 }
 
-/// An HTTP/1.1 connection busy with one exchange: back to the pool when [`Lease::reusable`]
-/// is called after the body ended; closed when dropped otherwise.
+/// What an exchange holds until its response body has been read: an HTTP/1.1 connection
+/// (back to the pool when [`Lease::reusable`] is called after the body ended; closed when
+/// dropped otherwise), or an h2c stream's place on its connection.
 #[derive(Debug)]
 pub struct Lease {
     held: Option<(http1::SendRequest<RequestBody>, Arc<Http1Pool>)>,
+    stream: Option<StreamPlace>,
+}
+
+/// An h2c stream's place on its shared connection, and how that connection says a request
+/// is waiting for one.
+#[derive(Debug)]
+struct StreamPlace {
+    _permit: OwnedSemaphorePermit,
+    wanted: Arc<YieldSignal>,
 }
 
 #[derive(Debug)]
@@ -94,6 +129,11 @@ struct Idle {
 #[derive(Debug)]
 struct H2Connections {
     slots: Box<[tokio::sync::Mutex<Option<http2::SendRequest<RequestBody>>>]>,
+    /// Per slot, its [`H2_STREAMS_PER_CONNECTION`] stream places.
+    streams: Box<[Arc<Semaphore>]>,
+    /// Per slot, told (once per waiter) when a request has to wait for a place: a stream
+    /// whose caller has stalled gives its place up then (see [`Lease::place_wanted`]).
+    wanted: Box<[Arc<YieldSignal>]>,
     next: AtomicUsize,
 }
 
@@ -101,7 +141,15 @@ struct H2Connections {
 
 impl Endpoint {
     pub fn new(addr: SocketAddr, settings: ClientSettings) -> Self {
-        let h2_slots = (0..settings.h2_connections.max(1)).map(|_| Default::default()).collect();
+        Self::with_stream_places(addr, settings, H2_STREAMS_PER_CONNECTION)
+    }
+
+    /// With `places` streams per h2c connection (tests use a few).
+    fn with_stream_places(addr: SocketAddr, settings: ClientSettings, places: usize) -> Self {
+        let h2_count = settings.h2_connections.max(1);
+        let h2_slots = (0..h2_count).map(|_| Default::default()).collect();
+        let h2_streams = (0..h2_count).map(|_| Arc::new(Semaphore::new(places))).collect();
+        let h2_wanted = (0..h2_count).map(|_| Arc::new(YieldSignal::default())).collect();
         Endpoint {
             addr,
             http1: Arc::new(Http1Pool {
@@ -109,7 +157,12 @@ impl Endpoint {
                 max_idle: settings.max_idle_http1,
                 idle_timeout: settings.idle_timeout,
             }),
-            h2: H2Connections { slots: h2_slots, next: AtomicUsize::new(0) },
+            h2: H2Connections {
+                slots: h2_slots,
+                streams: h2_streams,
+                wanted: h2_wanted,
+                next: AtomicUsize::new(0),
+            },
             settings,
         }
     }
@@ -131,27 +184,69 @@ impl Endpoint {
     }
 
     async fn send_http1(&self, mut req: Request<RequestBody>) -> Result<Exchange, ClientError> {
+        // Once a reused connection lost a request, only a fresh one is tried.
+        let mut retried = false;
         loop {
-            let (mut sender, pooled) = match self.http1.checkout().await {
+            let pooled = if retried { None } else { self.http1.checkout().await };
+            let (mut sender, pooled) = match pooled {
                 Some(sender) => (sender, true),
                 None => (self.connect_http1().await?, false),
             };
+            // Only a reused connection can have been closed by the app as the request went
+            // out; a copy is kept for that case alone.
+            let again = if pooled { replay(&req) } else { None };
             match sender.try_send_request(req).await {
                 Ok(response) => {
-                    let lease = Lease { held: Some((sender, self.http1.clone())) };
+                    let lease = Lease { held: Some((sender, self.http1.clone())), stream: None };
                     return Ok(Exchange { response, lease });
                 }
-                Err(mut e) => match e.take_message() {
-                    // Never written: the pooled connection was closed under us. Try another.
-                    Some(unsent) if pooled => req = unsent,
-                    _ => return Err(e.into_error().into()),
-                },
+                Err(mut e) => {
+                    if let Some(unsent) = e.take_message() {
+                        // Never written: the pooled connection was closed under us.
+                        if !pooled {
+                            return Err(e.into_error().into());
+                        }
+                        req = unsent;
+                        continue;
+                    }
+                    let error = e.into_error();
+                    match again {
+                        Some(again) if lost_before_response(&error) => {
+                            tracing::debug!(error = %error, "reused app connection lost a request; sending it once more on a fresh one");
+                            req = again;
+                            retried = true;
+                        }
+                        _ => return Err(error.into()),
+                    }
+                }
             }
         }
     }
 
+    /// A place for one more stream on a shared connection: on the next slot in turn with
+    /// one free, or (every connection full) the first to free one on that slot, whose
+    /// stalled streams are told a request is waiting.
+    async fn h2_stream_place(&self) -> (usize, StreamPlace) {
+        let first = self.h2.next.fetch_add(1, Relaxed);
+        let count = self.h2.slots.len();
+        let place = |slot: usize, permit| StreamPlace {
+            _permit: permit,
+            wanted: self.h2.wanted[slot].clone(),
+        };
+        for i in 0..count {
+            let slot = (first + i) % count;
+            if let Ok(permit) = self.h2.streams[slot].clone().try_acquire_owned() {
+                return (slot, place(slot, permit));
+            }
+        }
+        let slot = first % count;
+        self.h2.wanted[slot].want();
+        let permit = self.h2.streams[slot].clone().acquire_owned().await;
+        (slot, place(slot, permit.expect("the stream semaphores are never closed")))
+    }
+
     async fn send_h2(&self, mut req: Request<RequestBody>) -> Result<Exchange, ClientError> {
-        let slot = self.h2.next.fetch_add(1, Relaxed) % self.h2.slots.len();
+        let (slot, place) = self.h2_stream_place().await;
         for attempt in 0..2 {
             let mut sender = {
                 let mut conn = self.h2.slots[slot].lock().await;
@@ -161,7 +256,10 @@ impl Endpoint {
                 }
             };
             match sender.try_send_request(req).await {
-                Ok(response) => return Ok(Exchange { response, lease: Lease { held: None } }),
+                Ok(response) => {
+                    let lease = Lease { held: None, stream: Some(place) };
+                    return Ok(Exchange { response, lease });
+                }
                 Err(mut e) => match e.take_message() {
                     Some(unsent) if attempt == 0 => req = unsent,
                     _ => return Err(e.into_error().into()),
@@ -196,7 +294,8 @@ impl Endpoint {
         let io = self.connect().await?;
         let (sender, conn) = http2::Builder::new(TokioExecutor::new())
             .timer(TokioTimer::new())
-            .adaptive_window(true)
+            .initial_stream_window_size(H2_STREAM_WINDOW)
+            .initial_connection_window_size(H2_CONNECTION_WINDOW)
             .handshake(io)
             .await?;
         tokio::spawn(async move {
@@ -206,6 +305,47 @@ impl Endpoint {
         });
         Ok(sender)
     }
+}
+
+/// A copy of `req` to send again: only for an idempotent method (RFC 9110 9.2.2: a
+/// client may repeat it automatically) whose body weir holds whole.
+fn replay(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
+    let idempotent = matches!(
+        *req.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    );
+    if !idempotent {
+        return None;
+    }
+    let body = req.body().replay()?;
+    let mut copy = Request::new(body);
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
+}
+
+/// Whether a request written on a reused connection was lost because the connection
+/// closed before its response came (the app timed the idle connection out as the request
+/// went out), rather than answered with garbage.
+fn lost_before_response(error: &hyper::Error) -> bool {
+    use std::error::Error as _;
+    use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+    if error.is_incomplete_message() || error.is_canceled() {
+        return true;
+    }
+    let mut source = error.source();
+    while let Some(e) = source {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                BrokenPipe | ConnectionAborted | ConnectionReset | UnexpectedEof
+            );
+        }
+        source = e.source();
+    }
+    false
 }
 
 // === impl Http1Pool ===
@@ -249,10 +389,102 @@ impl Http1Pool {
 // === impl Lease ===
 
 impl Lease {
+    /// For an h2c stream: resolves when a request is waiting for a place on this stream's
+    /// connection. A response whose caller has stalled then gives up its place (and its
+    /// caller the response) rather than hold up a caller who reads.
+    pub fn place_wanted(&self) -> Option<Arc<YieldSignal>> {
+        self.stream.as_ref().map(|s| s.wanted.clone())
+    }
+
     /// The body was read to its end: the connection may serve the next request.
     pub fn reusable(mut self) {
         if let Some((sender, pool)) = self.held.take() {
             pool.checkin(sender);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::body::{PumpEvent, ResponseBody};
+
+    /// An h2c app answering every request with 4 MiB.
+    async fn h2_app() -> SocketAddr {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(|_req| async {
+                        let body =
+                            http_body_util::Full::new(bytes::Bytes::from(vec![7u8; 4 << 20]));
+                        Ok::<_, std::convert::Infallible>(Response::new(body))
+                    });
+                    let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        addr
+    }
+
+    fn get(addr: SocketAddr) -> Request<RequestBody> {
+        Request::get(format!("http://{addr}/")).body(RequestBody::empty()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stalled_response_gives_its_place_to_a_waiting_request() {
+        let addr = h2_app().await;
+        let settings = ClientSettings {
+            connect_timeout: Duration::from_secs(1),
+            max_idle_http1: 1,
+            idle_timeout: Duration::from_secs(1),
+            h2_connections: 1,
+        };
+        let endpoint = Endpoint::with_stream_places(addr, settings, 2);
+        let long = Duration::from_secs(30);
+        let mut stalled = Vec::new();
+        for _ in 0..2 {
+            let Exchange { response, lease } =
+                endpoint.send(Protocol::H2c, get(addr)).await.unwrap();
+            let (wanted, events) = (lease.place_wanted(), Arc::new(Mutex::new(Vec::new())));
+            let (seen, mut lease) = (events.clone(), Some(lease));
+            let grace = Duration::from_millis(10);
+            let body = ResponseBody::pumped_with_events(
+                response.into_body(),
+                long,
+                long,
+                grace,
+                wanted,
+                move |event| {
+                    seen.lock().unwrap().push(event);
+                    if matches!(event, PumpEvent::Ended { .. }) {
+                        lease.take();
+                    }
+                },
+            );
+            stalled.push((body, events));
+        }
+        // Nobody reads either response: both stall and hold the connection's two places.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        for (_, events) in &stalled {
+            assert_eq!(events.lock().unwrap().as_slice(), [PumpEvent::CallerStalled]);
+        }
+        let started = Instant::now();
+        let third =
+            tokio::time::timeout(Duration::from_secs(5), endpoint.send(Protocol::H2c, get(addr)))
+                .await
+                .expect("a place long before the stalled responses' write timeout")
+                .unwrap();
+        assert_eq!(third.response.status(), 200);
+        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        let gave_way = stalled
+            .iter()
+            .filter(|(_, e)| e.lock().unwrap().contains(&PumpEvent::Ended { ok: false }))
+            .count();
+        assert_eq!(gave_way, 1, "exactly one stalled response gave its place up");
     }
 }

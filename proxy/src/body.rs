@@ -1,8 +1,9 @@
 //! Bodies on the way through, each wait bounded:
 //!
 //! - [`RequestBody`]: the caller's request body as the app reads it; the longest gap between
-//!   two pieces is `timeouts.body_read`, so a body that never ends fails instead of holding
-//!   the exchange (and its in-flight slot) open.
+//!   two pieces is `timeouts.body_read`, and the whole body must arrive within the request's
+//!   budget, so a body that never ends (or trickles) fails instead of holding the exchange
+//!   (and its in-flight slot) open.
 //! - [`ResponseBody`]: the app's response as the caller reads it. The in-flight slot belongs
 //!   to the app's exchange, not to delivery: a small response of known length is read whole
 //!   before it is sent on, and anything else is moved by a pump task into a short channel,
@@ -36,6 +37,10 @@ const PUMP_FRAMES: usize = 16;
 pub enum BodyStall {
     #[error("request body: nothing received for longer than timeouts.body_read")]
     RequestBodyRead,
+    #[error("request body: not complete within the request's budget")]
+    RequestBodyDeadline,
+    #[error("request body: malformed, or the caller reset it")]
+    RequestBodyMalformed,
     #[error("app response body: nothing received for longer than timeouts.body_read")]
     ResponseBodyRead,
     #[error("response not delivered: the caller read nothing for longer than timeouts.write")]
@@ -46,17 +51,60 @@ pub enum BodyStall {
 
 // === RequestBody ===
 
-/// The caller's body, forwarded to the app with a bound on each gap; what was read while
-/// the request was queued ([`EarlyBody`]) goes first.
+/// The caller's body, forwarded to the app with a bound on each gap and, once
+/// [`RequestBody::until`] names it, on its whole: it must end by the request's deadline
+/// (a body trickling one byte per gap would otherwise hold the exchange, and its in-flight
+/// slot, for as long as it likes). What was read while the request was queued
+/// ([`EarlyBody`]) goes first.
 #[derive(Debug)]
 pub struct RequestBody {
     read_ahead: VecDeque<Frame<Bytes>>,
     read_ahead_bytes: u64,
     inner: Option<Incoming>,
     gap: Duration,
+    /// The whole body must have arrived by then.
+    deadline: Option<Instant>,
     timer: Option<Pin<Box<Sleep>>>,
     /// A frame arrived since the timer was last armed.
     progressed: bool,
+    /// Why the body failed, for whoever answers the caller (see [`RequestBodyFailure`]).
+    failure: Arc<OnceLock<RequestBodyFailure>>,
+}
+
+/// Why a caller's request body failed on its way to the app: the status the caller gets
+/// when the app's response never came because of it (the app is not to blame, so not 502).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RequestBodyFailure {
+    /// The caller's framing was malformed (a bad chunk size, a body shorter than its
+    /// `content-length`) or the caller reset its stream: `400`.
+    Malformed,
+    /// Nothing arrived for longer than `timeouts.body_read`: `408`.
+    Stalled,
+    /// The body did not end within the request's budget: `504`, as for a late response.
+    PastDeadline,
+}
+
+impl RequestBodyFailure {
+    /// weir's error for it (`x-weir-error` and the status: 400, 408, 504).
+    pub fn error(self) -> crate::refusal::WeirError {
+        use crate::refusal::WeirError;
+        match self {
+            RequestBodyFailure::Malformed => WeirError::CallerBodyMalformed,
+            RequestBodyFailure::Stalled => WeirError::CallerBodyStalled,
+            RequestBodyFailure::PastDeadline => WeirError::CallerBodyLate,
+        }
+    }
+}
+
+/// Reads how a [`RequestBody`] failed after it was handed to the client.
+#[derive(Debug, Clone)]
+pub struct RequestBodyProbe(Arc<OnceLock<RequestBodyFailure>>);
+
+impl RequestBodyProbe {
+    /// How the body failed, if it did.
+    pub fn failure(&self) -> Option<RequestBodyFailure> {
+        self.0.get().copied()
+    }
 }
 
 impl RequestBody {
@@ -71,8 +119,55 @@ impl RequestBody {
             read_ahead_bytes: 0,
             inner: None,
             gap: Duration::ZERO,
+            deadline: None,
             timer: None,
             progressed: false,
+            failure: Arc::default(),
+        }
+    }
+
+    /// The whole body must have arrived by `deadline`; past it the body fails.
+    pub fn until(mut self, deadline: impl Into<Instant>) -> Self {
+        self.deadline = Some(deadline.into());
+        self
+    }
+
+    /// Tells how the body failed once it has been sent on.
+    pub fn probe(&self) -> RequestBodyProbe {
+        RequestBodyProbe(self.failure.clone())
+    }
+
+    /// A copy that can be sent again, when weir holds the whole body (none at all, or one
+    /// read ahead to its end while the request was queued); `None` while part of it is
+    /// still with the caller.
+    pub fn replay(&self) -> Option<RequestBody> {
+        if self.inner.is_some() {
+            return None;
+        }
+        let mut read_ahead = VecDeque::with_capacity(self.read_ahead.len());
+        for frame in &self.read_ahead {
+            if let Some(data) = frame.data_ref() {
+                read_ahead.push_back(Frame::data(data.clone()));
+            } else if let Some(trailers) = frame.trailers_ref() {
+                read_ahead.push_back(Frame::trailers(trailers.clone()));
+            }
+        }
+        Some(RequestBody {
+            read_ahead,
+            read_ahead_bytes: self.read_ahead_bytes,
+            failure: Arc::default(),
+            ..RequestBody::empty()
+        })
+    }
+
+    fn fail(&mut self, why: RequestBodyFailure) -> BoxError {
+        let _ = self.failure.set(why);
+        self.inner = None;
+        self.timer = None;
+        match why {
+            RequestBodyFailure::Stalled => BodyStall::RequestBodyRead.into(),
+            RequestBodyFailure::PastDeadline => BodyStall::RequestBodyDeadline.into(),
+            RequestBodyFailure::Malformed => BodyStall::RequestBodyMalformed.into(),
         }
     }
 }
@@ -93,10 +188,18 @@ impl Body for RequestBody {
             return Poll::Ready(Some(Ok(frame)));
         }
         let Some(inner) = this.inner.as_mut() else { return Poll::Ready(None) };
+        let now = Instant::now();
+        if this.deadline.is_some_and(|d| now >= d) {
+            return Poll::Ready(Some(Err(this.fail(RequestBodyFailure::PastDeadline))));
+        }
         match Pin::new(inner).poll_frame(cx) {
-            Poll::Ready(Some(frame)) => {
+            Poll::Ready(Some(Ok(frame))) => {
                 this.progressed = true;
-                Poll::Ready(Some(frame.map_err(Into::into)))
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                tracing::debug!(error = %e, "caller's request body failed");
+                Poll::Ready(Some(Err(this.fail(RequestBodyFailure::Malformed))))
             }
             Poll::Ready(None) => {
                 this.inner = None;
@@ -105,21 +208,29 @@ impl Body for RequestBody {
             }
             Poll::Pending => {
                 // Armed lazily and re-armed only after progress: one timer per body, not
-                // one per frame.
-                let deadline = Instant::now() + this.gap;
+                // one per frame. It fires at the next gap's end or the deadline, whichever
+                // is first.
+                let mut at = now + this.gap;
+                if let Some(deadline) = this.deadline {
+                    at = at.min(deadline);
+                }
                 let timer = match this.timer.as_mut() {
-                    None => this.timer.insert(Box::pin(tokio::time::sleep_until(deadline))),
+                    None => this.timer.insert(Box::pin(tokio::time::sleep_until(at))),
                     Some(timer) => {
                         if this.progressed {
-                            timer.as_mut().reset(deadline);
+                            timer.as_mut().reset(at);
                         }
                         timer
                     }
                 };
                 this.progressed = false;
                 ready!(timer.as_mut().poll(cx));
-                this.inner = None;
-                Poll::Ready(Some(Err(BodyStall::RequestBodyRead.into())))
+                let why = if this.deadline.is_some_and(|d| Instant::now() >= d) {
+                    RequestBodyFailure::PastDeadline
+                } else {
+                    RequestBodyFailure::Stalled
+                };
+                Poll::Ready(Some(Err(this.fail(why))))
             }
         }
     }
@@ -194,8 +305,7 @@ impl EarlyBody {
             read_ahead_bytes: self.read_ahead_bytes,
             inner: self.inner,
             gap,
-            timer: None,
-            progressed: false,
+            ..RequestBody::empty()
         }
     }
 }
@@ -251,6 +361,8 @@ fn watch_epoch() -> Instant {
 pub struct ResponseBody {
     kind: Kind,
     watch: Option<Arc<StreamWatch>>,
+    /// Kept as long as the body (see [`ResponseBody::hold`]).
+    held: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
 }
 
 #[derive(Debug)]
@@ -273,12 +385,18 @@ enum Item {
 
 impl ResponseBody {
     pub fn empty() -> Self {
-        ResponseBody { kind: Kind::Empty, watch: None }
+        ResponseBody { kind: Kind::Empty, watch: None, held: None }
     }
 
     pub fn full(data: Bytes, trailers: Option<HeaderMap>) -> Self {
         let data = (!data.is_empty()).then_some(data);
-        ResponseBody { kind: Kind::Buffered { data, trailers }, watch: None }
+        ResponseBody { kind: Kind::Buffered { data, trailers }, watch: None, held: None }
+    }
+
+    /// Keeps `guard` until the body is dropped (sent, or abandoned): how the listener
+    /// counts the bodies still being sent on a connection.
+    pub fn hold(&mut self, guard: impl std::fmt::Debug + Send + Sync + 'static) {
+        self.held = Some(Box::new(guard));
     }
 
     /// Reports progress to the h2 stream's watch, if this response runs on one.
@@ -297,57 +415,179 @@ impl ResponseBody {
         write: Duration,
         finished: impl FnOnce(bool) + Send + 'static,
     ) -> Self {
+        let mut finished = Some(finished);
+        Self::pumped_with_events(body, gap, write, write, None, move |event| {
+            if let PumpEvent::Ended { ok } = event {
+                if let Some(f) = finished.take() {
+                    f(ok)
+                }
+            }
+        })
+    }
+
+    /// [`ResponseBody::pumped`], also telling when the caller has taken nothing for
+    /// `stall_grace` ([`PumpEvent::CallerStalled`], at most once, before `Ended`). Once
+    /// stalled, the exchange is abandoned as soon as `yield_to` is notified (another
+    /// request waits for what this one holds), not only after `write`.
+    pub fn pumped_with_events(
+        body: Incoming,
+        gap: Duration,
+        write: Duration,
+        stall_grace: Duration,
+        yield_to: Option<Arc<YieldSignal>>,
+        on_event: impl FnMut(PumpEvent) + Send + 'static,
+    ) -> Self {
         let hint = body.size_hint();
         let (tx, frames) = mpsc::channel(PUMP_FRAMES);
-        tokio::spawn(pump(body, tx, gap, write, finished));
-        ResponseBody { kind: Kind::Pumped { frames, hint, ended: false }, watch: None }
+        let stall = Stall { grace: stall_grace.min(write), yield_to };
+        tokio::spawn(pump(body, tx, gap, write, stall, on_event));
+        ResponseBody { kind: Kind::Pumped { frames, hint, ended: false }, watch: None, held: None }
     }
 }
 
-/// Reads the app's body to its end into the channel. `finished(true)` when the app's body
-/// ended cleanly, `finished(false)` when it failed or the caller is gone.
-async fn pump(
+/// What the pump reports about the exchange it moves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PumpEvent {
+    /// The pump has waited `stall_grace` for the caller to take a frame: the app is now
+    /// waiting on the caller, not the other way round.
+    CallerStalled,
+    /// The app's body ended cleanly (`ok`), or it failed, or the caller is gone or took
+    /// nothing for `timeouts.write` (the exchange is abandoned).
+    Ended { ok: bool },
+}
+
+/// Tells stalled responses that another request waits for what they hold (an h2c stream's
+/// place on a shared connection). Only a response already waiting on its caller hears it,
+/// one per [`YieldSignal::want`]; with none waiting, nothing is stored for later.
+#[derive(Debug, Default)]
+pub struct YieldSignal {
+    notify: tokio::sync::Notify,
+    /// Stalled responses listening now.
+    listening: AtomicU64,
+}
+
+impl YieldSignal {
+    /// A request waits: one stalled response, if any is listening, gives way.
+    pub fn want(&self) {
+        if self.listening.load(Acquire) > 0 {
+            self.notify.notify_one();
+        }
+    }
+
+    /// Resolves when [`YieldSignal::want`] picks this listener.
+    async fn wanted(&self) {
+        struct Listening<'a>(&'a AtomicU64);
+        impl Drop for Listening<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, AcqRel);
+            }
+        }
+        let notified = self.notify.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Registered before it is counted, so a `want` that sees the count finds it.
+        notified.as_mut().enable();
+        self.listening.fetch_add(1, AcqRel);
+        let _listening = Listening(&self.listening);
+        notified.await;
+    }
+}
+
+/// When a pump counts its caller as stalled, and what it then yields to.
+struct Stall {
+    grace: Duration,
+    yield_to: Option<Arc<YieldSignal>>,
+}
+
+/// Reads the app's body to its end into the channel, reporting [`PumpEvent`]s.
+async fn pump<E: FnMut(PumpEvent)>(
     mut body: Incoming,
     tx: mpsc::Sender<Item>,
     gap: Duration,
     write: Duration,
-    finished: impl FnOnce(bool),
+    stall: Stall,
+    on_event: E,
 ) {
     use http_body_util::BodyExt;
-    let mut finished = Some(finished);
-    let mut done = |ok: bool| {
-        if let Some(f) = finished.take() {
-            f(ok)
-        }
-    };
+    let mut report = Reporter { on_event, stalled: false, ended: false };
     loop {
         let item = match tokio::time::timeout(gap, body.frame()).await {
             Ok(Some(Ok(frame))) => Item::Frame(frame),
             Ok(None) => {
                 // The app is done: release its slot before waiting on the caller.
-                done(true);
+                report.ended(true);
                 let _ = tokio::time::timeout(write, tx.send(Item::End)).await;
                 return;
             }
             Ok(Some(Err(e))) => {
                 tracing::debug!(error = %e, "app response body failed");
-                done(false);
+                report.ended(false);
                 let _ = tx.try_send(Item::Failed(BodyStall::Aborted));
                 return;
             }
             Err(_) => {
-                done(false);
+                report.ended(false);
                 let _ = tx.try_send(Item::Failed(BodyStall::ResponseBodyRead));
                 return;
             }
         };
-        match tokio::time::timeout(write, tx.send(item)).await {
-            Ok(Ok(())) => {}
-            // The caller is gone, or has not read for `write`: the exchange is abandoned.
-            Ok(Err(_)) | Err(_) => {
-                done(false);
+        // Room for the frame within `write`; past `stall_grace` of it, the caller is the one
+        // holding the exchange up.
+        let room = match tokio::time::timeout(stall.grace, tx.reserve()).await {
+            Ok(room) => room,
+            Err(_) => {
+                report.stalled();
+                let wanted = async {
+                    match &stall.yield_to {
+                        Some(signal) => signal.wanted().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let room = tokio::select! {
+                    room = tokio::time::timeout(write - stall.grace, tx.reserve()) => room,
+                    () = wanted => {
+                        tracing::debug!("response abandoned: its caller stalled and a request waits for its place");
+                        report.ended(false);
+                        return;
+                    }
+                };
+                match room {
+                    Ok(room) => room,
+                    Err(_) => {
+                        // Nothing taken for `write`: the exchange is abandoned.
+                        report.ended(false);
+                        return;
+                    }
+                }
+            }
+        };
+        match room {
+            Ok(room) => room.send(item),
+            // The caller is gone.
+            Err(_) => {
+                report.ended(false);
                 return;
             }
+        }
+    }
+}
+
+/// Reports each [`PumpEvent`] at most once, `CallerStalled` never after `Ended`.
+struct Reporter<E> {
+    on_event: E,
+    stalled: bool,
+    ended: bool,
+}
+
+impl<E: FnMut(PumpEvent)> Reporter<E> {
+    fn stalled(&mut self) {
+        if !self.ended && !std::mem::replace(&mut self.stalled, true) {
+            (self.on_event)(PumpEvent::CallerStalled);
+        }
+    }
+
+    fn ended(&mut self, ok: bool) {
+        if !std::mem::replace(&mut self.ended, true) {
+            (self.on_event)(PumpEvent::Ended { ok });
         }
     }
 }

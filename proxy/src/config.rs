@@ -12,6 +12,9 @@ use admission_core::{AdmissionLevel, EngineConfig, Priority};
 use schemars::JsonSchema;
 use serde::Deserialize;
 
+/// An inner hop's largest budget when `inbound.max_budget` is unset.
+pub const INNER_HOP_MAX_BUDGET: Duration = Duration::from_secs(3600);
+
 /// The configuration `weir run` serves with when no `--config` is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../config/default.yaml");
 
@@ -54,6 +57,15 @@ pub struct InboundConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub task_timeout: Duration,
+    /// The largest budget a caller's `grpc-timeout` or timeout header may grant; a larger
+    /// one is cut to it (and forwarded cut). A request that declares none gets
+    /// `task_timeout`, uncapped. Unset: the task timeout on the entry role (a client outside
+    /// the mesh gets no more time than a request without a deadline), 1 h on an inner hop
+    /// (the mesh's budgets come from an entry that capped them; the hour only keeps a
+    /// runaway value finite). See [`InboundConfig::max_budget`].
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "Option<admission_core::schema::HumanDuration>")]
+    pub max_budget: Option<Duration>,
     /// While the level refuses a real share of arrivals, the longest a request of the class
     /// the level cuts in (or a less important one) waits for a slot: the door refuses a
     /// longer expected wait, and a waiter past it evicts the less important waiters behind
@@ -129,7 +141,8 @@ pub struct InboundTimeouts {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub idle: Duration,
-    /// Longest gap while reading a request body.
+    /// Longest gap while reading a request body. The whole body must also arrive within
+    /// the request's budget.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub body_read: Duration,
@@ -141,6 +154,19 @@ pub struct InboundTimeouts {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub app_connect: Duration,
+    /// A pooled keep-alive connection to the app idle for longer than this is closed
+    /// instead of reused: below the idle timeouts of common app servers (gunicorn 2 s,
+    /// node and uvicorn 5 s), so weir rarely sends a request on a connection the app is
+    /// closing (and an idempotent one that meets such a close is retried once).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "admission_core::schema::HumanDuration")]
+    pub app_idle: Duration,
+    /// A connection asked to close (idle for `idle`, or the sidecar draining) is dropped
+    /// once it has had no request inside for this long: an h2 peer that never acknowledges
+    /// the shutdown PING would otherwise keep it open for ever.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "admission_core::schema::HumanDuration")]
+    pub graceful_close: Duration,
 }
 
 /// Protocol towards the app.
@@ -275,6 +301,15 @@ impl InboundConfig {
     pub fn default_priority(&self) -> Option<Priority> {
         let p = self.default_priority.as_ref()?;
         AdmissionLevel::parse(p.as_bytes()).ok().map(AdmissionLevel::priority)
+    }
+
+    /// The largest budget a caller's deadline header may grant (see the field).
+    pub fn max_budget(&self) -> Duration {
+        match self.max_budget {
+            Some(max) => max,
+            None if self.entry => self.task_timeout,
+            None => INNER_HOP_MAX_BUDGET,
+        }
     }
 
     /// Worker threads to run: the configured count, or one per core.

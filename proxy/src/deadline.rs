@@ -1,15 +1,32 @@
 //! Request deadlines: the remaining budget a caller grants (`grpc-timeout`, or
-//! `x-request-timeout-ms`), and the reduced budget forwarded to the app.
+//! `x-request-timeout-ms`), capped by `inbound.max_budget`, and the reduced budget forwarded
+//! to the app.
 
 use std::time::Duration;
 
-use http::HeaderName;
+use http::{HeaderMap, HeaderName};
 
 /// gRPC's deadline header.
 pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
 /// The longest `grpc-timeout` value: 8 ASCII digits (gRPC over HTTP/2 spec).
 const GRPC_TIMEOUT_MAX_DIGITS: usize = 8;
+
+/// The budget a request arrives with: `grpc-timeout`, else `timeout_header` (an
+/// unparsable value counts as absent), never more than `max` whatever the caller declared
+/// (`x-request-timeout-ms: 3600000` at an entry whose cap is 500 ms is 500 ms, and is
+/// forwarded as what remains of 500 ms); `default` when it declared none (the operator's
+/// own task timeout, not a caller's claim, so not capped).
+pub fn caller_budget(
+    headers: &HeaderMap,
+    timeout_header: &HeaderName,
+    default: Duration,
+    max: Duration,
+) -> Duration {
+    let grpc = headers.get(GRPC_TIMEOUT).and_then(|v| parse_grpc_timeout(v.as_bytes()));
+    grpc.or_else(|| headers.get(timeout_header).and_then(|v| parse_timeout_ms(v.as_bytes())))
+        .map_or(default, |declared| declared.min(max))
+}
 
 /// Parses a gRPC `grpc-timeout` value such as `480m` (H, M, S, m, u, n units).
 pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {

@@ -440,7 +440,7 @@ impl EgressService {
     ) -> Response<ResponseBody> {
         let arrival = Instant::now();
         let in_flight = InFlight::enter(&self.active);
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
         let grpc = parts
             .headers
             .get(CONTENT_TYPE)
@@ -454,6 +454,10 @@ impl EgressService {
         }
         if self.via.seen_in(&parts.headers) {
             return self.reject(Rejection::ViaLoop, None, grpc);
+        }
+        // The same one authority the inbound role enforces (and no hop-by-hop headers).
+        if let Err(status) = crate::forward_headers::check_request_head(&mut parts) {
+            return self.error(None, status, grpc);
         }
         let Some(authority) = forward::target_authority(route, &parts.uri, &parts.headers) else {
             return self.error(None, WeirError::BadRequest, grpc);

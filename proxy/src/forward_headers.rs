@@ -1,18 +1,20 @@
 //! Header rules shared by every forwarded exchange, inbound (caller -> app) and egress
-//! (app -> downstream): no hop-by-hop headers either way, one `content-length` (the length
-//! weir will send), `Expect` answered by weir itself, and the remaining budget in both
-//! deadline forms the request used.
+//! (app -> downstream): one authority per request, no hop-by-hop headers either way, one
+//! `content-length` (the length weir will send), `Expect` answered by weir itself, and the
+//! remaining budget in both deadline forms the request used.
 
 use std::time::Duration;
 
 use http::header::{
-    CONNECTION, CONTENT_LENGTH, EXPECT, PROXY_AUTHENTICATE, TE, TRANSFER_ENCODING, UPGRADE,
+    CONNECTION, CONTENT_LENGTH, EXPECT, HOST, PROXY_AUTHENTICATE, TE, TRANSFER_ENCODING, UPGRADE,
 };
-use http::{HeaderMap, HeaderName, HeaderValue};
+use http::uri::Authority;
+use http::{HeaderMap, HeaderName, HeaderValue, Version};
 use hyper::body::Body;
 
 use crate::body::RequestBody;
 use crate::deadline::{self, GRPC_TIMEOUT};
+use crate::refusal::WeirError;
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
@@ -51,6 +53,99 @@ pub(crate) fn prepare_request(
     }
 }
 
+/// What every role checks first, before the head is read for anything (priority, budget,
+/// the downstream): the request names one authority ([`one_authority`]), carries no
+/// transfer coding weir cannot pass on, and loses its hop-by-hop headers now, so that
+/// nothing weir adds later (the entry's priority stamp) can be removed by a caller's
+/// `Connection: x-business-priority`. `Err` is the status to answer with; the request is
+/// not forwarded.
+pub(crate) fn check_request_head(parts: &mut http::request::Parts) -> Result<(), WeirError> {
+    if has_unsupported_transfer_coding(&parts.headers) {
+        return Err(WeirError::UnsupportedTransferCoding);
+    }
+    one_authority(parts).map_err(|why| {
+        tracing::debug!(why, "request refused: its authority is ambiguous");
+        WeirError::AmbiguousAuthority
+    })?;
+    strip_hop_by_hop(&mut parts.headers);
+    Ok(())
+}
+
+/// Makes the request name exactly one authority, the one every later step reads (the
+/// entry's classification, the app's `Host` or `:authority`, the egress's downstream):
+///
+/// - HTTP/1.x: more than one `Host`, an HTTP/1.1 request without one, or an invalid one is
+///   refused (RFC 9112 3.2). An absolute-form target's authority wins over `Host`, which is
+///   replaced by it (RFC 9112 3.2.2).
+/// - HTTP/2: `:authority` wins; a `host` that names another authority, or several `host`s,
+///   make the request malformed (RFC 9113 8.3.1). Without `:authority`, one valid `host`.
+/// - Userinfo (`user@host`) is refused in either (RFC 9110 4.2.4).
+///
+/// Afterwards `Host`, when present, equals the URI's authority when that is present.
+pub(crate) fn one_authority(parts: &mut http::request::Parts) -> Result<(), &'static str> {
+    let mut hosts = parts.headers.get_all(HOST).iter();
+    let host = hosts.next();
+    if hosts.next().is_some() {
+        return Err("more than one Host");
+    }
+    let host = match host {
+        Some(value) => Some(parse_authority(value.as_bytes()).ok_or("an invalid Host")?),
+        None => None,
+    };
+    let target = match parts.uri.authority() {
+        Some(a) if a.as_str().contains('@') => return Err("userinfo in the target"),
+        Some(a) => Some(a.clone()),
+        None => None,
+    };
+    let http2 = parts.version >= Version::HTTP_2;
+    if !http2 && parts.version == Version::HTTP_11 && host.is_none() {
+        return Err("an HTTP/1.1 request without Host");
+    }
+    let Some(target) = target else { return Ok(()) };
+    if http2 {
+        if let Some(host) = &host {
+            if !same_authority(host, &target, parts.uri.scheme_str()) {
+                return Err("a host that differs from :authority");
+            }
+        }
+    }
+    let value = HeaderValue::from_str(target.as_str()).map_err(|_| "an invalid target")?;
+    if http2 && host.is_none() {
+        return Ok(());
+    }
+    parts.headers.insert(HOST, value);
+    Ok(())
+}
+
+fn parse_authority(value: &[u8]) -> Option<Authority> {
+    let authority = Authority::try_from(value).ok()?;
+    (!authority.as_str().contains('@')).then_some(authority)
+}
+
+/// Host compared case-insensitively, ports with the scheme's default filled in.
+fn same_authority(a: &Authority, b: &Authority, scheme: Option<&str>) -> bool {
+    let default = match scheme {
+        Some(s) if s.eq_ignore_ascii_case("https") => 443,
+        _ => 80,
+    };
+    a.host().eq_ignore_ascii_case(b.host())
+        && a.port_u16().unwrap_or(default) == b.port_u16().unwrap_or(default)
+}
+
+/// A transfer coding other than `chunked` (`Transfer-Encoding: gzip, chunked`): weir takes
+/// the chunked framing off and cannot pass the rest on (HTTP/2 has no transfer codings, and
+/// few apps implement them); dropping it would hand the app a compressed body it takes for
+/// plain. Refused with 501, as nginx does.
+fn has_unsupported_transfer_coding(headers: &HeaderMap) -> bool {
+    headers.get_all(TRANSFER_ENCODING).iter().any(|value| {
+        value
+            .as_bytes()
+            .split(|&b| b == b',')
+            .map(<[u8]>::trim_ascii)
+            .any(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case(b"chunked"))
+    })
+}
+
 /// A response's headers for the previous hop: framing is that connection's business.
 pub(crate) fn clean_response(headers: &mut HeaderMap) {
     strip_hop_by_hop(headers);
@@ -58,7 +153,8 @@ pub(crate) fn clean_response(headers: &mut HeaderMap) {
 }
 
 /// Removes the headers that describe one connection, not the message (RFC 9110 7.6.1).
-/// `te: trailers` stays: gRPC needs it end to end.
+/// `te: trailers` stays: gRPC needs it end to end; so does `Host`, whatever `Connection`
+/// lists (it names the request's authority, never a connection option).
 fn strip_hop_by_hop(headers: &mut HeaderMap) {
     if headers.contains_key(CONNECTION) {
         let listed: Vec<HeaderValue> = headers.get_all(CONNECTION).iter().cloned().collect();
@@ -66,7 +162,7 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
         for value in &listed {
             let Ok(names) = value.to_str() else { continue };
             for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-                if !name.eq_ignore_ascii_case("te") {
+                if !name.eq_ignore_ascii_case("te") && !name.eq_ignore_ascii_case("host") {
                     headers.remove(name);
                 }
             }
@@ -77,5 +173,84 @@ fn strip_hop_by_hop(headers: &mut HeaderMap) {
     }
     if headers.get(TE).is_some_and(|te| te.as_bytes() != b"trailers") {
         headers.remove(TE);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{Request, StatusCode};
+
+    fn head(req: http::request::Builder) -> http::request::Parts {
+        req.body(()).unwrap().into_parts().0
+    }
+
+    fn checked(req: http::request::Builder) -> Result<http::request::Parts, StatusCode> {
+        let mut parts = head(req);
+        check_request_head(&mut parts).map(|()| parts).map_err(WeirError::status)
+    }
+
+    #[test]
+    fn the_absolute_form_authority_replaces_host() {
+        let p =
+            checked(Request::get("http://shop.example/buy").header(HOST, "admin.example")).unwrap();
+        assert_eq!(p.headers.get_all(HOST).iter().collect::<Vec<_>>(), ["shop.example"]);
+        assert_eq!(p.uri.host(), Some("shop.example"));
+    }
+
+    #[test]
+    fn http1_needs_exactly_one_valid_host() {
+        let two = Request::get("/").header(HOST, "a.example").header(HOST, "b.example");
+        assert_eq!(checked(two).unwrap_err(), StatusCode::BAD_REQUEST);
+        assert_eq!(checked(Request::get("/")).unwrap_err(), StatusCode::BAD_REQUEST);
+        let bad = Request::get("/").header(HOST, "a b");
+        assert_eq!(checked(bad).unwrap_err(), StatusCode::BAD_REQUEST);
+        let userinfo = Request::get("/").header(HOST, "u@a.example");
+        assert_eq!(checked(userinfo).unwrap_err(), StatusCode::BAD_REQUEST);
+        // Two Hosts are refused even when an absolute-form target would win.
+        let both = Request::get("http://a.example/").header(HOST, "a").header(HOST, "b");
+        assert_eq!(checked(both).unwrap_err(), StatusCode::BAD_REQUEST);
+        // HTTP/1.0 may omit it.
+        assert!(checked(Request::get("/").version(Version::HTTP_10)).is_ok());
+    }
+
+    #[test]
+    fn h2_authority_wins_and_a_different_host_is_malformed() {
+        let h2 = |host: Option<&str>| {
+            let mut req = Request::get("http://shop.example/buy").version(Version::HTTP_2);
+            if let Some(host) = host {
+                req = req.header(HOST, host);
+            }
+            checked(req)
+        };
+        assert_eq!(h2(Some("admin.example")).unwrap_err(), StatusCode::BAD_REQUEST);
+        let same = h2(Some("SHOP.example:80")).unwrap();
+        assert_eq!(same.headers[HOST], "shop.example");
+        assert!(h2(None).unwrap().headers.get(HOST).is_none());
+        // Without :authority, a single host is the authority.
+        let p = checked(Request::get("/x").version(Version::HTTP_2).header(HOST, "a.example"));
+        assert_eq!(p.unwrap().headers[HOST], "a.example");
+    }
+
+    #[test]
+    fn a_transfer_coding_other_than_chunked_is_refused() {
+        let gzip = Request::post("/").header(HOST, "a").header(TRANSFER_ENCODING, "gzip, chunked");
+        assert_eq!(checked(gzip).unwrap_err(), StatusCode::NOT_IMPLEMENTED);
+        let chunked = Request::post("/").header(HOST, "a").header(TRANSFER_ENCODING, "chunked");
+        assert!(checked(chunked).unwrap().headers.get(TRANSFER_ENCODING).is_none());
+    }
+
+    #[test]
+    fn connection_options_go_before_anything_is_stamped_and_host_stays() {
+        let p = checked(
+            Request::get("/")
+                .header(HOST, "a.example")
+                .header(CONNECTION, "x-business-priority, host")
+                .header("x-business-priority", "0"),
+        )
+        .unwrap();
+        assert!(p.headers.get("x-business-priority").is_none());
+        assert!(p.headers.get(CONNECTION).is_none());
+        assert_eq!(p.headers[HOST], "a.example");
     }
 }

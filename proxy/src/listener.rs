@@ -3,9 +3,13 @@
 //! `timeouts.header_read`, serving each connection with hyper, closing it after
 //! `timeouts.idle` without a request inside, and draining: on a graceful stop, accepting
 //! ends and every connection finishes what it has (HTTP/1.1: the request in progress; h2:
-//! GOAWAY, then the open streams).
+//! GOAWAY, then the open streams). A connection asked to close is dropped once it has had
+//! nothing inside (no request, no response body still streaming) for
+//! `timeouts.graceful_close`: h2's graceful close waits for the peer to acknowledge a PING,
+//! and a peer that never does would otherwise keep the connection, and its permit, for ever.
 
 use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering::AcqRel, Ordering::Acquire};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +39,7 @@ pub struct ConnSettings {
     pub header_read: Duration,
     pub idle: Duration,
     pub write: Duration,
+    pub graceful_close: Duration,
     pub h2_max_concurrent_streams: u32,
 }
 
@@ -45,6 +50,7 @@ impl ConnSettings {
             header_read: inbound.timeouts.header_read,
             idle: inbound.timeouts.idle,
             write: inbound.timeouts.write,
+            graceful_close: inbound.timeouts.graceful_close,
             h2_max_concurrent_streams: inbound.h2.max_concurrent_streams,
         }
     }
@@ -123,9 +129,21 @@ impl Connection {
             Ok(None) | Err(_) => return,
         };
         let state = Arc::new(ConnState::new());
+        let streaming = Streaming::default();
         let service = {
-            let (inbound, state) = (self.inbound.clone(), state.clone());
-            service_fn(move |req| inbound.clone().serve(state.clone(), req))
+            let (inbound, state, streaming) =
+                (self.inbound.clone(), state.clone(), streaming.clone());
+            service_fn(move |req| {
+                let served = inbound.clone().serve(state.clone(), req);
+                let streaming = streaming.clone();
+                async move {
+                    let mut response = served.await?;
+                    if !hyper::body::Body::is_end_stream(response.body()) {
+                        response.body_mut().hold(streaming.start());
+                    }
+                    Ok::<_, std::convert::Infallible>(response)
+                }
+            })
         };
         match detected {
             Detected::Http1 => {
@@ -139,7 +157,7 @@ impl Connection {
                     .timer(TokioTimer::new())
                     .header_read_timeout(settings.header_read)
                     .serve_connection(io, service);
-                self.drive(conn, &state).await;
+                self.drive(conn, &state, &streaming).await;
             }
             Detected::H2 => {
                 let io = TokioIo::new(CallerIo::h2(stream, settings.write));
@@ -147,19 +165,20 @@ impl Connection {
                     .timer(TokioTimer::new())
                     .max_concurrent_streams(settings.h2_max_concurrent_streams)
                     .serve_connection(io, service);
-                self.drive(conn, &state).await;
+                self.drive(conn, &state, &streaming).await;
             }
         }
     }
 
     /// Runs the connection to its end, asking it to finish gracefully when it has been idle
-    /// for `timeouts.idle` or the sidecar drains.
-    async fn drive<C>(&mut self, conn: C, state: &ConnState)
+    /// for `timeouts.idle` or the sidecar drains, and dropping it when that has not finished
+    /// after `timeouts.graceful_close` with nothing inside.
+    async fn drive<C>(&mut self, conn: C, state: &ConnState, streaming: &Streaming)
     where
         C: GracefulConnection,
         C::Error: std::fmt::Display,
     {
-        let idle = self.settings.idle;
+        let (idle, graceful_close) = (self.settings.idle, self.settings.graceful_close);
         let mut conn = pin!(conn);
         let timer = tokio::time::sleep(idle);
         let mut timer = pin!(timer);
@@ -172,12 +191,26 @@ impl Connection {
                     }
                     return;
                 }
-                () = timer.as_mut(), if !closing => {
+                () = timer.as_mut() => {
                     let now = Instant::now();
+                    if closing {
+                        // Asked to close at least `graceful_close` ago: done if nothing is
+                        // inside; otherwise what is inside has its own bounds, look again.
+                        if state.idle_deadline(idle).is_some() && streaming.none() {
+                            tracing::debug!(
+                                "caller connection dropped: its graceful close did not finish \
+                                 within timeouts.graceful_close"
+                            );
+                            return;
+                        }
+                        timer.as_mut().reset(now + graceful_close);
+                        continue;
+                    }
                     match state.idle_deadline(idle).map(Instant::from_std) {
                         Some(at) if at <= now => {
                             conn.as_mut().graceful_shutdown();
                             closing = true;
+                            timer.as_mut().reset(now + graceful_close);
                         }
                         Some(at) => timer.as_mut().reset(at),
                         None => timer.as_mut().reset(now + idle),
@@ -186,8 +219,35 @@ impl Connection {
                 _ = self.drain.wait_for(|d| *d), if !closing => {
                     conn.as_mut().graceful_shutdown();
                     closing = true;
+                    timer.as_mut().reset(Instant::now() + graceful_close);
                 }
             }
         }
+    }
+}
+
+/// Response bodies of one connection still being sent after their request left the
+/// service (a request is counted inside only until its response head).
+#[derive(Debug, Clone, Default)]
+struct Streaming(Arc<AtomicUsize>);
+
+/// One response body being sent; dropped with the body.
+#[derive(Debug)]
+struct StreamingBody(Arc<AtomicUsize>);
+
+impl Streaming {
+    fn start(&self) -> StreamingBody {
+        self.0.fetch_add(1, AcqRel);
+        StreamingBody(self.0.clone())
+    }
+
+    fn none(&self) -> bool {
+        self.0.load(Acquire) == 0
+    }
+}
+
+impl Drop for StreamingBody {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, AcqRel);
     }
 }

@@ -51,6 +51,17 @@ pub enum WeirError {
     /// 508 (egress): the request is addressed to one of weir's own listeners, or carries
     /// this egress's `Via`: forwarding it would loop.
     LoopDetected,
+    /// 400: the request names more than one authority (two `Host`s, an h2 `host` other
+    /// than `:authority`), none on HTTP/1.1, or an invalid one.
+    AmbiguousAuthority,
+    /// 501: a transfer coding other than `chunked` (weir cannot pass it on).
+    UnsupportedTransferCoding,
+    /// 400: the caller's body framing was malformed, or it reset its stream.
+    CallerBodyMalformed,
+    /// 408: nothing of the caller's body arrived for `timeouts.body_read`.
+    CallerBodyStalled,
+    /// 504: the caller's body did not end within the request's budget.
+    CallerBodyLate,
 }
 
 /// The header naming weir's own error; fixed (not configurable), documented in
@@ -58,7 +69,7 @@ pub enum WeirError {
 pub const WEIR_ERROR: HeaderName = HeaderName::from_static("x-weir-error");
 
 impl WeirError {
-    pub const ALL: [WeirError; 12] = [
+    pub const ALL: [WeirError; 17] = [
         WeirError::AppUnreachable,
         WeirError::AppFailed,
         WeirError::AppTimeout,
@@ -71,6 +82,11 @@ impl WeirError {
         WeirError::CallerGone,
         WeirError::UnsupportedScheme,
         WeirError::LoopDetected,
+        WeirError::AmbiguousAuthority,
+        WeirError::UnsupportedTransferCoding,
+        WeirError::CallerBodyMalformed,
+        WeirError::CallerBodyStalled,
+        WeirError::CallerBodyLate,
     ];
 
     /// The `x-weir-error` value.
@@ -88,16 +104,27 @@ impl WeirError {
             WeirError::CallerGone => "caller-gone",
             WeirError::UnsupportedScheme => "unsupported-scheme",
             WeirError::LoopDetected => "loop-detected",
+            WeirError::AmbiguousAuthority => "ambiguous-authority",
+            WeirError::UnsupportedTransferCoding => "unsupported-transfer-coding",
+            WeirError::CallerBodyMalformed => "caller-body-malformed",
+            WeirError::CallerBodyStalled => "caller-body-stalled",
+            WeirError::CallerBodyLate => "caller-body-late",
         }
     }
 
     pub const fn status(self) -> StatusCode {
         match self {
-            WeirError::AppTimeout | WeirError::DownstreamTimeout => StatusCode::GATEWAY_TIMEOUT,
-            WeirError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            WeirError::BadRequest | WeirError::CallerGone | WeirError::UnsupportedScheme => {
-                StatusCode::BAD_REQUEST
+            WeirError::AppTimeout | WeirError::DownstreamTimeout | WeirError::CallerBodyLate => {
+                StatusCode::GATEWAY_TIMEOUT
             }
+            WeirError::CallerBodyStalled => StatusCode::REQUEST_TIMEOUT,
+            WeirError::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
+            WeirError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            WeirError::BadRequest
+            | WeirError::CallerGone
+            | WeirError::UnsupportedScheme
+            | WeirError::AmbiguousAuthority
+            | WeirError::CallerBodyMalformed => StatusCode::BAD_REQUEST,
             WeirError::LoopDetected => StatusCode::LOOP_DETECTED,
             _ => StatusCode::BAD_GATEWAY,
         }

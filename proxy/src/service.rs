@@ -31,7 +31,7 @@ use http::{HeaderName, Method, Request, Response, StatusCode};
 use hyper::body::{Body, Incoming};
 
 use crate::app_client::{ClientSettings, Endpoint, Protocol};
-use crate::body::{EarlyBody, ResponseBody};
+use crate::body::{EarlyBody, PumpEvent, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
 use crate::priority::PriorityHeaders;
@@ -45,15 +45,9 @@ mod queue;
 
 use exchange::AppExchange;
 
-use crate::deadline::GRPC_TIMEOUT;
-
 /// A response of known length up to this size is read whole from the app before it is sent
 /// on, so its in-flight slot is free before the caller reads a byte of it.
 const BUFFER_LIMIT: u64 = 64 * 1024;
-
-/// Idle HTTP/1.1 connections to the app older than this are closed rather than reused
-/// (below common app keep-alive timeouts, so weir rarely reuses one the app is closing).
-const APP_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Shared h2c connections to the app.
 const APP_H2_CONNECTIONS: usize = 2;
@@ -67,6 +61,7 @@ pub struct Inbound {
     timeout_header: HeaderName,
     entry: bool,
     task_timeout: Duration,
+    max_budget: Duration,
     overload_max_wait: Duration,
     app: Endpoint,
     app_protocol: AppProtocol,
@@ -118,7 +113,7 @@ impl Inbound {
             connect_timeout: inbound.timeouts.app_connect,
             // More idle connections than requests ever at the app at once are never used.
             max_idle_http1: inbound.max_inflight.max(1),
-            idle_timeout: APP_IDLE_TIMEOUT.min(inbound.timeouts.idle),
+            idle_timeout: inbound.timeouts.app_idle,
             h2_connections: APP_H2_CONNECTIONS,
         };
         Ok(Inbound {
@@ -138,6 +133,7 @@ impl Inbound {
             timeout_header: header(&names.timeout)?,
             entry: inbound.entry,
             task_timeout: inbound.task_timeout,
+            max_budget: inbound.max_budget(),
             overload_max_wait: inbound.overload_max_wait,
             app: Endpoint::new(inbound.app, settings),
             app_protocol: inbound.app_protocol,
@@ -187,6 +183,11 @@ impl Inbound {
         if parts.method == Method::CONNECT {
             // weir forwards requests to its app; it is not a tunnel.
             return self.error(WeirError::MethodNotAllowed, grpc);
+        }
+        // One authority, no transfer coding weir cannot pass on, no hop-by-hop headers:
+        // before anything reads the head (see `forward_headers::check_request_head`).
+        if let Err(error) = crate::forward_headers::check_request_head(&mut parts) {
+            return self.error(error, grpc);
         }
         let priority = match self.priority(&mut parts) {
             Ok(p) => p,
@@ -336,14 +337,9 @@ impl Inbound {
     }
 
     /// The caller's remaining budget: `grpc-timeout`, else the timeout header, else the task
-    /// timeout. An unparsable value counts as absent.
+    /// timeout (an unparsable value counts as absent), at most `max_budget`.
     fn budget(&self, headers: &http::HeaderMap) -> Duration {
-        let grpc =
-            headers.get(GRPC_TIMEOUT).and_then(|v| deadline::parse_grpc_timeout(v.as_bytes()));
-        grpc.or_else(|| {
-            headers.get(&self.timeout_header).and_then(|v| deadline::parse_timeout_ms(v.as_bytes()))
-        })
-        .unwrap_or(self.task_timeout)
+        deadline::caller_budget(headers, &self.timeout_header, self.task_timeout, self.max_budget)
     }
 
     fn shadow(&self) -> bool {
@@ -490,7 +486,8 @@ impl Inbound {
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         let head_request = parts.method == Method::HEAD;
-        let body = body.into_request_body(self.body_read);
+        let body = body.into_request_body(self.body_read).until(deadline);
+        let caller_body = body.probe();
         let req = forward::app_request(
             parts,
             body,
@@ -505,7 +502,9 @@ impl Inbound {
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "app request failed");
                 exchange.failed();
-                return self.error(WeirError::of_app(&e), grpc);
+                // The caller's own body is not the app's fault: 400 / 408 / 504, not 502.
+                let error = caller_body.failure().map_or(WeirError::of_app(&e), |f| f.error());
+                return self.error(error, grpc);
             }
             Err(_) => {
                 exchange.failed();
@@ -547,14 +546,32 @@ impl Inbound {
                 }
             };
         }
-        let body = ResponseBody::pumped(body, self.body_read, self.write, move |ok| {
-            if ok {
-                exchange.done();
-                lease.reusable();
-            } else {
-                exchange.failed();
-            }
-        });
+        // The slot goes back when the app's body ends, or once the caller keeps the app
+        // waiting (see `AppExchange::stall_grace`); the lease (the app connection, or the h2
+        // stream's place) only when the body ends.
+        let stall_grace = exchange.stall_grace();
+        let place_wanted = lease.place_wanted();
+        let (mut exchange, mut lease) = (Some(exchange), Some(lease));
+        let body = ResponseBody::pumped_with_events(
+            body,
+            self.body_read,
+            self.write,
+            stall_grace,
+            place_wanted,
+            move |event| {
+                if let Some(exchange) = exchange.take() {
+                    match event {
+                        PumpEvent::Ended { ok: false } => exchange.failed(),
+                        PumpEvent::CallerStalled | PumpEvent::Ended { ok: true } => exchange.done(),
+                    }
+                }
+                if event == (PumpEvent::Ended { ok: true }) {
+                    if let Some(lease) = lease.take() {
+                        lease.reusable();
+                    }
+                }
+            },
+        );
         Response::from_parts(head, body.watched())
     }
 }

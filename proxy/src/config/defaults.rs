@@ -16,6 +16,7 @@ impl Default for InboundConfig {
             adaptive_inflight: true,
             max_queued: 1024,
             task_timeout: Duration::from_millis(500),
+            max_budget: None,
             overload_max_wait: Duration::from_millis(30),
             retry_after: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(10),
@@ -48,6 +49,8 @@ impl Default for InboundTimeouts {
             body_read: Duration::from_secs(10),
             write: Duration::from_secs(10),
             app_connect: Duration::from_secs(1),
+            app_idle: Duration::from_secs(1),
+            graceful_close: Duration::from_secs(5),
         }
     }
 }

@@ -108,3 +108,30 @@ fn connection_settings_have_documented_defaults_and_are_validated() {
         assert_eq!(SidecarConfig::from_yaml(yaml).unwrap_err().path, field, "{yaml}");
     }
 }
+
+#[test]
+fn hardening_settings_have_documented_defaults_and_are_validated() {
+    let c = SidecarConfig::load(None).unwrap();
+    assert_eq!(c.inbound.timeouts.app_idle, Duration::from_secs(1));
+    assert_eq!(c.inbound.timeouts.graceful_close, Duration::from_secs(5));
+    assert_eq!(c.inbound.max_budget, None);
+    // Unset: the task timeout at the entry, an hour on an inner hop.
+    assert_eq!(c.inbound.max_budget(), INNER_HOP_MAX_BUDGET);
+    let entry = SidecarConfig::from_yaml(
+        "inbound:\n  entry: true\n  task_timeout: 700ms\nadmin:\n  allow_empty_user_secret: true\n",
+    )
+    .unwrap();
+    assert_eq!(entry.inbound.max_budget(), Duration::from_millis(700));
+    let set = SidecarConfig::from_yaml("inbound:\n  max_budget: 2s\n").unwrap();
+    assert_eq!(set.inbound.max_budget(), Duration::from_secs(2));
+    for (yaml, field) in [
+        ("inbound:\n  max_budget: 0s\n", "inbound.max_budget"),
+        ("inbound:\n  max_budget: 2h\n", "inbound.max_budget"),
+        ("inbound:\n  max_budget: soon\n", "inbound.max_budget"),
+        ("inbound:\n  timeouts: { app_idle: 0s }\n", "inbound.timeouts.app_idle"),
+        ("inbound:\n  timeouts: { graceful_close: 0s }\n", "inbound.timeouts.graceful_close"),
+        ("inbound:\n  timeouts: { graceful_close: 2h }\n", "inbound.timeouts.graceful_close"),
+    ] {
+        assert_eq!(SidecarConfig::from_yaml(yaml).unwrap_err().path, field, "{yaml}");
+    }
+}

@@ -62,6 +62,9 @@ impl SidecarConfig {
             ("inbound.timeouts.body_read", i.timeouts.body_read, false),
             ("inbound.timeouts.write", i.timeouts.write, false),
             ("inbound.timeouts.app_connect", i.timeouts.app_connect, false),
+            ("inbound.timeouts.app_idle", i.timeouts.app_idle, false),
+            ("inbound.timeouts.graceful_close", i.timeouts.graceful_close, false),
+            ("inbound.max_budget", i.max_budget.unwrap_or(i.task_timeout), false),
             ("admission.window", self.admission.window, false),
             ("admission.queuing_threshold", self.admission.queuing_threshold, false),
         ] {

@@ -34,3 +34,26 @@ fn formats_without_allocating() {
     assert_eq!(format_grpc_ms(Duration::from_millis(12), &mut buf), b"12m");
     assert_eq!(format_grpc_ms(Duration::from_secs(10_000_000), &mut buf), b"99999999m");
 }
+
+#[test]
+fn a_declared_budget_is_capped() {
+    let name = HeaderName::from_static("x-request-timeout-ms");
+    let (default, max) = (Duration::from_millis(500), Duration::from_millis(500));
+    let budget = |pairs: &[(&str, &str)]| {
+        let mut headers = HeaderMap::new();
+        for (k, v) in pairs {
+            headers.append(HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+        }
+        caller_budget(&headers, &name, default, max)
+    };
+    assert_eq!(budget(&[]), default);
+    assert_eq!(budget(&[("x-request-timeout-ms", "120")]), Duration::from_millis(120));
+    assert_eq!(budget(&[("x-request-timeout-ms", "3600000")]), max);
+    assert_eq!(budget(&[("grpc-timeout", "99999999H")]), max);
+    assert_eq!(budget(&[("grpc-timeout", "80m"), ("x-request-timeout-ms", "9")]), max / 25 * 4);
+    assert_eq!(budget(&[("grpc-timeout", "soon"), ("x-request-timeout-ms", "90")]), max / 50 * 9);
+    // The cap is on what callers declare; the task timeout is the operator's own.
+    let mut headers = HeaderMap::new();
+    headers.insert("x-other", "1".parse().unwrap());
+    assert_eq!(caller_budget(&headers, &name, default, Duration::from_millis(50)), default);
+}

@@ -1,4 +1,4 @@
-//! The caller's socket as hyper sees it, with two additions:
+//! The caller's socket as hyper sees it, with three additions:
 //!
 //! - **write timeout**: a write that makes no progress for `timeouts.write` (the caller
 //!   stopped reading, the socket buffer is full) fails, which ends the connection;
@@ -8,9 +8,9 @@
 //!   after the previous response, the repeated values are blanked out (`5  `; the value's
 //!   trailing whitespace is not part of it). Unequal values are left for hyper to refuse;
 //! - **level on hyper's own errors** (HTTP/1.1 only): hyper answers a request it cannot
-//!   parse with a canned `400` (or `431`, `505`) written straight to the socket, past any
-//!   service. Every weir response carries `x-admission-level`, so an error head without it
-//!   is one of those, and the level is added to it on the way out.
+//!   parse with a canned `400` (or `414`, `431`, `505`) written straight to the socket, past
+//!   any service. Every weir response carries `x-admission-level`, so an error head without
+//!   it is one of those, and the level is added to it on the way out.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -133,7 +133,7 @@ impl CallerIo {
         if buf.len() < 16 || !buf.starts_with(b"HTTP/1.") {
             return None;
         }
-        if !matches!(&buf[9..13], b"400 " | b"431 " | b"505 ") {
+        if !matches!(&buf[9..13], b"400 " | b"414 " | b"431 " | b"505 ") {
             return None;
         }
         let head_end = find(buf, b"\r\n\r\n")? + 4;

@@ -54,14 +54,14 @@ fn weirs_own_errors_map_to_grpc_statuses_for_grpc_callers() {
 }
 
 #[test]
-fn every_weir_error_names_itself_and_gateway_errors_say_app_or_downstream() {
+fn every_weir_error_names_itself_and_gateway_errors_say_whose_side_failed() {
     let mut seen = std::collections::BTreeSet::new();
     for e in WeirError::ALL {
         assert!(seen.insert(e.as_str()), "{} twice", e.as_str());
         assert!(HeaderValue::from_str(e.as_str()).is_ok());
         if matches!(e.status().as_u16(), 502 | 504) {
             assert!(
-                e.as_str().starts_with("app-") || e.as_str().starts_with("downstream-"),
+                ["app-", "downstream-", "caller-"].iter().any(|side| e.as_str().starts_with(side)),
                 "{e:?}"
             );
         }

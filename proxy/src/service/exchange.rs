@@ -4,7 +4,8 @@
 //!   response headers is the app's own time (neither the caller's upload nor its download
 //!   is in it): it feeds the app-time estimate, the engine's completion count and the
 //!   adaptive in-flight limit.
-//! - [`AppExchange::done`]: the app's response ended; the slot is released.
+//! - [`AppExchange::done`]: the app's response ended, or its caller has read nothing for
+//!   the app's typical time ([`AppExchange::stall_grace`]); the slot is released.
 //! - [`AppExchange::failed`]: the app failed, timed out, or the response could not be
 //!   delivered; the slot is released.
 //! - dropped without either: the caller left while the app was working on its request. The
@@ -14,7 +15,7 @@
 //!   by the queuing-time detector.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::inflight::Slot;
 use crate::shared::Shared;
@@ -40,6 +41,17 @@ impl AppExchange {
         let took = self.dispatched.elapsed();
         self.shared.app_time.record(took);
         self.shared.control.on_response(took, &self.shared.engine, &self.shared.limit);
+    }
+
+    /// How long a response may wait for its caller to read before this exchange gives its
+    /// slot back: the app's typical time. A caller that stops reading keeps the app waiting
+    /// on it, not working for it; holding the slot longer would let callers who stop reading
+    /// keep slots beyond the app's own service time (as for callers who hang up, below). With
+    /// the adaptive limit a handful of slots is all there is: eight callers that never read a
+    /// 20 MB response held them all, and every other request waited in the queue until
+    /// `timeouts.write` ended theirs.
+    pub(super) fn stall_grace(&self) -> Duration {
+        self.shared.app_time.typical()
     }
 
     pub(super) fn done(mut self) {

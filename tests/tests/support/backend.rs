@@ -84,6 +84,9 @@ impl Backend {
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
+                // As real app servers do (nginx `tcp_nodelay on`, Go, hyper apps): without it
+                // an h2 response's DATA frame waits for the ACK of its HEADERS frame.
+                let _ = stream.set_nodelay(true);
                 let st = st.clone();
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |req| handle(st.clone(), req));

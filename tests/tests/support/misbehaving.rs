@@ -8,6 +8,8 @@
 //! overhead", for the side-by-side that decided between the two planes.)
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -76,6 +78,299 @@ pub async fn served_within(addr: SocketAddr, within: Duration) -> Duration {
     assert_eq!(resp.status, 200, "well-behaved caller: {resp:?}");
     resp.level();
     started.elapsed()
+}
+
+/// A well-behaved caller whose response has a body (an empty one needs no flow-control
+/// window, so it would pass where a real response stalls): `GET /bytes/4096` on a fresh
+/// HTTP/1.1 connection must be answered 200 with all 4,096 bytes and the level within
+/// `within`. Returns how long it took.
+pub async fn probe(addr: SocketAddr, within: Duration) -> Duration {
+    let started = Instant::now();
+    let url = format!("http://{addr}/bytes/4096?probe");
+    let resp = tokio::time::timeout(within, Http1::new().get(&url, &IMPORTANT))
+        .await
+        .unwrap_or_else(|_| panic!("a well-behaved caller was not answered within {within:?}"));
+    assert_eq!(resp.status, 200, "well-behaved caller: {resp:?}");
+    assert_eq!(resp.body.len(), 4096, "well-behaved caller: the whole body");
+    resp.level();
+    started.elapsed()
+}
+
+/// The well-behaved caller's latencies, `n` probes one after another (each must be answered
+/// within `within`).
+pub async fn probe_series(addr: SocketAddr, n: usize, within: Duration) -> Latencies {
+    let mut l = Latencies::default();
+    for _ in 0..n {
+        l.0.push(probe(addr, within).await);
+    }
+    l
+}
+
+/// The well-behaved caller's unattacked latencies: `n` probes after a few to warm up (the
+/// sidecar's first connection to the app, the allocator).
+pub async fn unattacked_series(addr: SocketAddr, n: usize, within: Duration) -> Latencies {
+    probe_series(addr, 5, within).await;
+    probe_series(addr, n, within).await
+}
+
+/// Latencies of a series of requests.
+#[derive(Debug, Clone, Default)]
+pub struct Latencies(pub Vec<Duration>);
+
+impl Latencies {
+    pub fn quantile(&self, q: f64) -> Duration {
+        let mut v = self.0.clone();
+        v.sort_unstable();
+        if v.is_empty() {
+            return Duration::ZERO;
+        }
+        v[((v.len() - 1) as f64 * q).round() as usize]
+    }
+
+    pub fn max(&self) -> Duration {
+        self.0.iter().copied().max().unwrap_or_default()
+    }
+
+    /// One line for the report: the unattacked series beside the attacked one.
+    pub fn report(case: &str, unattacked: &Latencies, attacked: &Latencies) {
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        eprintln!(
+            "[{case}] well-behaved caller: unattacked p50 {:.2} ms p99 {:.2} ms (n={}); under \
+             attack p50 {:.2} ms p99 {:.2} ms max {:.2} ms (n={}); p99 delta {:+.2} ms",
+            ms(unattacked.quantile(0.5)),
+            ms(unattacked.quantile(0.99)),
+            unattacked.0.len(),
+            ms(attacked.quantile(0.5)),
+            ms(attacked.quantile(0.99)),
+            ms(attacked.max()),
+            attacked.0.len(),
+            ms(attacked.quantile(0.99)) - ms(unattacked.quantile(0.99)),
+        );
+    }
+}
+
+// === raw HTTP/2 peers ===
+
+/// An h2 peer that completes the handshake (preface, SETTINGS, and the ACK of weir's
+/// SETTINGS) and then answers nothing, PINGs included: after GOAWAY, h2's graceful close
+/// waits for the ACK of its PING, which never comes.
+pub struct SilentH2Peer {
+    stream: TcpStream,
+}
+
+impl SilentH2Peer {
+    pub async fn connect(addr: SocketAddr) -> SilentH2Peer {
+        let mut stream = TcpStream::connect(addr).await.expect("connect to weir");
+        stream.set_nodelay(true).unwrap();
+        stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+        // An empty SETTINGS frame: length 0, type 4, flags 0, stream 0.
+        stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        // Read frames until weir's own SETTINGS (not an ACK), then acknowledge it.
+        let deadline = Instant::now() + MARGIN;
+        loop {
+            let (kind, flags, _) =
+                read_frame(&mut stream, deadline).await.expect("weir's SETTINGS");
+            if kind == 4 && flags & 1 == 0 {
+                break;
+            }
+        }
+        stream.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap();
+        SilentH2Peer { stream }
+    }
+
+    /// Reads (and ignores) frames until weir closes the connection; `Err` if it is still
+    /// open at `deadline`. Returns the frame types seen (7 = GOAWAY, 6 = PING).
+    pub async fn closed_by(&mut self, deadline: Instant) -> Result<Vec<u8>, String> {
+        let mut kinds = Vec::new();
+        loop {
+            match read_frame(&mut self.stream, deadline).await {
+                Ok((kind, _, _)) => kinds.push(kind),
+                Err(FrameError::Closed) => return Ok(kinds),
+                Err(FrameError::Timeout) => {
+                    return Err(format!("still open; frames seen: {kinds:?}"));
+                }
+            }
+        }
+    }
+}
+
+#[derive(Debug)]
+enum FrameError {
+    Closed,
+    Timeout,
+}
+
+/// One h2 frame's type, flags and payload.
+async fn read_frame(
+    stream: &mut TcpStream,
+    deadline: Instant,
+) -> Result<(u8, u8, Vec<u8>), FrameError> {
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let mut head = [0u8; 9];
+    match tokio::time::timeout(left(), stream.read_exact(&mut head)).await {
+        Err(_) => return Err(FrameError::Timeout),
+        Ok(Err(_)) => return Err(FrameError::Closed),
+        Ok(Ok(_)) => {}
+    }
+    let len = u32::from_be_bytes([0, head[0], head[1], head[2]]) as usize;
+    let mut payload = vec![0u8; len];
+    match tokio::time::timeout(left(), stream.read_exact(&mut payload)).await {
+        Err(_) => Err(FrameError::Timeout),
+        Ok(Err(_)) => Err(FrameError::Closed),
+        Ok(Ok(_)) => Ok((head[3], head[4], payload)),
+    }
+}
+
+// === misbehaving apps ===
+
+/// An HTTP/1.1 app (raw TCP) that answers the first request on each connection with
+/// keep-alive and then, when the next request arrives on it, closes the connection without
+/// answering: what an app that times idle connections out does to a request sent just as it
+/// closes (gunicorn after 2 s, node and uvicorn after 5 s). Deterministic, unlike the race.
+pub struct ClosingKeepAliveApp {
+    pub addr: SocketAddr,
+    /// Requests answered (200), and requests dropped by closing.
+    pub answered: Arc<AtomicU64>,
+    pub dropped: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ClosingKeepAliveApp {
+    pub async fn start() -> ClosingKeepAliveApp {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let answered = Arc::new(AtomicU64::new(0));
+        let dropped = Arc::new(AtomicU64::new(0));
+        let (a, d) = (answered.clone(), dropped.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else { continue };
+                let (a, d) = (a.clone(), d.clone());
+                tokio::spawn(async move {
+                    let mut buf = Vec::new();
+                    if read_head(&mut stream, &mut buf).await.is_err() {
+                        return;
+                    }
+                    let body = b"kept-alive";
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nx-app: closing\r\n\r\n",
+                        body.len()
+                    );
+                    if stream.write_all(head.as_bytes()).await.is_err()
+                        || stream.write_all(body).await.is_err()
+                    {
+                        return;
+                    }
+                    a.fetch_add(1, Relaxed);
+                    // The next request on this connection is dropped by closing.
+                    buf.clear();
+                    if read_head(&mut stream, &mut buf).await.is_ok() {
+                        d.fetch_add(1, Relaxed);
+                    }
+                });
+            }
+        });
+        ClosingKeepAliveApp { addr, answered, dropped, task }
+    }
+}
+
+impl Drop for ClosingKeepAliveApp {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Reads one request head (the tests' requests to this app have no body).
+async fn read_head(stream: &mut TcpStream, buf: &mut Vec<u8>) -> Result<(), ()> {
+    let mut chunk = [0u8; 4096];
+    while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tokio::time::timeout(Duration::from_secs(30), stream.read(&mut chunk)).await {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return Err(()),
+        }
+    }
+    Ok(())
+}
+
+/// A hyper app that reads each request's whole body before it answers (200 with the body's
+/// length; `/bytes/<n>`: `n` bytes, for [`probe`]), as most apps do: a request body that
+/// fails reaches weir before any response.
+pub struct BodyFirstApp {
+    pub addr: SocketAddr,
+    pub arrivals: Arc<AtomicU64>,
+    /// Requests whose body the app could not read to its end.
+    pub broken_bodies: Arc<AtomicU64>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BodyFirstApp {
+    pub async fn start() -> BodyFirstApp {
+        use http_body_util::BodyExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let arrivals = Arc::new(AtomicU64::new(0));
+        let broken_bodies = Arc::new(AtomicU64::new(0));
+        let (a, b) = (arrivals.clone(), broken_bodies.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                let (a, b) = (a.clone(), b.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |req: http::Request<_>| {
+                        let (a, b) = (a.clone(), b.clone());
+                        async move {
+                            a.fetch_add(1, Relaxed);
+                            let bytes = req.uri().path().strip_prefix("/bytes/");
+                            let bytes = bytes.and_then(|n| n.parse::<usize>().ok());
+                            let body: hyper::body::Incoming = req.into_body();
+                            let text = match body.collect().await {
+                                Ok(c) => c.to_bytes().len().to_string(),
+                                Err(_) => {
+                                    b.fetch_add(1, Relaxed);
+                                    "broken".to_string()
+                                }
+                            };
+                            let answer = match bytes {
+                                Some(n) => Bytes::from(vec![b'x'; n]),
+                                None => Bytes::from(text),
+                            };
+                            Ok::<_, std::convert::Infallible>(http::Response::new(
+                                http_body_util::Full::new(answer),
+                            ))
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(
+                        hyper_util::rt::TokioExecutor::new(),
+                    )
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
+                });
+            }
+        });
+        BodyFirstApp { addr, arrivals, broken_bodies, task }
+    }
+}
+
+impl Drop for BodyFirstApp {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+// === resources ===
+
+/// Open file descriptors and resident memory of this process (the in-process sidecar and
+/// the test's own clients together), from `/proc/self`.
+pub fn fds_and_rss() -> (usize, u64) {
+    let fds = std::fs::read_dir("/proc/self/fd").map(|d| d.count()).unwrap_or(0);
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let rss_kb = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(0);
+    (fds, rss_kb * 1024)
 }
 
 // === raw HTTP/1.x over TCP ===
