@@ -157,7 +157,7 @@ impl CallerIo {
 
 /// In the request head at the start of `read`, a `Content-Length` whose value is a list of
 /// equal numbers keeps the first; the rest is blanked to trailing whitespace.
-fn collapse_content_length(read: &mut [u8]) {
+pub fn collapse_content_length(read: &mut [u8]) {
     const NAME: &[u8] = b"content-length:";
     let head_end = find(read, b"\r\n\r\n").unwrap_or(read.len());
     let head = &mut read[..head_end];
