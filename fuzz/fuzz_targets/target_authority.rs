@@ -4,7 +4,8 @@
 //!
 //! Properties: a target always has a port, no user info, and re-parses to itself; its host
 //! is the one the caller named and its port the one the caller named (80 when none); a port
-//! the caller named but that is no port is refused rather than replaced; the downstream
+//! the caller named but that is no port, or anything else after the host, is refused rather
+//! than replaced or dropped; a route target is such an authority too; the downstream
 //! request carries exactly that authority (HTTP/1.1 `Host`, or the h2 `:authority`).
 #![no_main]
 
@@ -34,7 +35,8 @@ fuzz_target!(|input: Input<'_>| {
     }
     let route = input.route.and_then(|r| parse_target(r).ok());
     if let Some(route) = &route {
-        assert!(route.port_u16().is_some() && !route.as_str().contains('@'));
+        assert_eq!(port_text(route).and_then(port_number), route.port_u16(), "{route:?}");
+        assert!(!route.as_str().contains('@') && !route.host().is_empty(), "{route:?}");
     }
     let target = target_authority(route.as_ref(), &uri, &headers);
     let named = match (&route, uri.authority()) {
@@ -45,11 +47,11 @@ fuzz_target!(|input: Input<'_>| {
         }
     };
     let Some(target) = target else {
-        // Refused: nothing named, user info, no host, or a port that is no port.
+        // Refused: nothing named, user info, no host, or not `:port` after the host.
         if let Some(named) = named {
-            let bad_port = !port_text(&named).is_empty() && named.port_u16().is_none();
             let user_info = named.as_str().contains('@');
-            assert!(user_info || named.host().is_empty() || bad_port, "refused {named:?}");
+            let port = port_text(&named).filter(|p| p.is_empty() || port_number(p).is_some());
+            assert!(user_info || named.host().is_empty() || port.is_none(), "refused {named:?}");
         }
         return;
     };
@@ -60,8 +62,9 @@ fuzz_target!(|input: Input<'_>| {
     assert_eq!(Authority::try_from(target.as_str()).ok().as_ref(), Some(&target), "re-parses");
     assert_eq!(target.host(), named.host(), "the host the caller named");
     match port_text(&named) {
-        "" => assert_eq!(port, 80),
-        text => assert_eq!(text.parse::<u16>().ok(), Some(port), "the port the caller named"),
+        Some("") => assert_eq!(port, 80),
+        Some(text) => assert_eq!(port_number(text), Some(port), "the port named"),
+        None => panic!("accepted {named:?}, which has more than a port after its host"),
     }
 
     let (parts, ()) = Request::builder().uri(uri).body(()).unwrap().into_parts();
@@ -89,9 +92,18 @@ fuzz_target!(|input: Input<'_>| {
     }
 });
 
-/// What follows the host in an authority: its port text, possibly empty.
-fn port_text(authority: &Authority) -> &str {
+/// A port: digits only, at most 65535.
+fn port_number(text: &str) -> Option<u16> {
+    text.bytes().all(|b| b.is_ascii_digit()).then(|| text.parse().ok())?
+}
+
+/// The port text after the host (empty without one), or `None` when what follows the host
+/// is not `:` and a port text.
+fn port_text(authority: &Authority) -> Option<&str> {
     let s = authority.as_str();
-    let after_host = s.rfind(']').map_or(0, |i| i + 1);
-    s[after_host..].rfind(':').map_or("", |i| &s[after_host + i + 1..])
+    let host_at = s.rfind('@').map_or(0, |i| i + 1);
+    match &s[host_at + authority.host().len()..] {
+        "" => Some(""),
+        rest => rest.strip_prefix(':'),
+    }
 }
