@@ -9,6 +9,11 @@ use http::{HeaderMap, HeaderName};
 /// gRPC's deadline header.
 pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
 
+/// The longest budget a caller can grant: the largest `x-request-timeout-ms` (12 digits,
+/// ~31.7 years). Longer `grpc-timeout`s (`99999999H` is 11,000 years) are clamped to it, so
+/// `arrival + budget` always fits the engine's nanosecond clock (`u64`, 584 years).
+pub const MAX_BUDGET: Duration = Duration::from_millis(999_999_999_999);
+
 /// The longest `grpc-timeout` value: 8 ASCII digits (gRPC over HTTP/2 spec).
 const GRPC_TIMEOUT_MAX_DIGITS: usize = 8;
 
@@ -28,14 +33,16 @@ pub fn caller_budget(
         .map_or(default, |declared| declared.min(max))
 }
 
-/// Parses a gRPC `grpc-timeout` value such as `480m` (H, M, S, m, u, n units).
+/// Parses a gRPC `grpc-timeout` value such as `480m` (H, M, S, m, u, n units), at most
+/// [`MAX_BUDGET`].
 pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
     let (&unit, digits) = value.split_last()?;
     if digits.is_empty() || digits.len() > GRPC_TIMEOUT_MAX_DIGITS {
         return None;
     }
+    // At most 99,999,999 hours: no overflow in `u64` seconds.
     let n = parse_digits(digits)?;
-    Some(match unit {
+    let budget = match unit {
         b'H' => Duration::from_secs(n * 3600),
         b'M' => Duration::from_secs(n * 60),
         b'S' => Duration::from_secs(n),
@@ -43,10 +50,11 @@ pub fn parse_grpc_timeout(value: &[u8]) -> Option<Duration> {
         b'u' => Duration::from_micros(n),
         b'n' => Duration::from_nanos(n),
         _ => return None,
-    })
+    };
+    Some(budget.min(MAX_BUDGET))
 }
 
-/// Parses `x-request-timeout-ms: 480`.
+/// Parses `x-request-timeout-ms: 480`; 12 digits at most, so never above [`MAX_BUDGET`].
 pub fn parse_timeout_ms(value: &[u8]) -> Option<Duration> {
     if value.is_empty() || value.len() > 12 {
         return None;

@@ -36,5 +36,13 @@ pub mod shutdown;
 pub mod sidecar;
 pub mod telemetry;
 
+/// The parsers of caller bytes that are not public API, re-exported for the fuzz targets in
+/// `fuzz/` (fuzz/README.md). Not a stable interface: nothing outside `fuzz/` should use it.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::listener::caller_io::collapse_content_length;
+    pub use crate::listener::detect::{decide as detect_protocol, Detected, H2_PREFACE};
+}
+
 pub use config::SidecarConfig;
 pub use sidecar::{Shared, Sidecar, StartError};

@@ -24,8 +24,8 @@ use tokio::time::Instant;
 use crate::config::InboundConfig;
 use crate::service::{ConnState, Inbound};
 
-mod caller_io;
-mod detect;
+pub(crate) mod caller_io;
+pub(crate) mod detect;
 mod h2_streams;
 
 use caller_io::CallerIo;

@@ -200,6 +200,11 @@ fn check_shape(text: &str) -> Result<(), TableErrors> {
 /// stops once past `limit`. Brackets inside quoted scalars and comments do not count.
 /// Block nesting is approximated by indentation steps of the lines, which over-counts
 /// nothing a table needs: `rules:` / `- name:` / `match:` / `header:` is four.
+///
+/// As in YAML, a `[` or `{` opens a collection, and a quote starts a quoted scalar, only
+/// where a node starts (the line's start, after `- `, `: `, `? `, and inside a flow
+/// collection after `[`, `{`, `,`, `:`); elsewhere they are text of a plain scalar (`x[1]`,
+/// `it's`), which the YAML a table serialises to may hold.
 fn nesting_depth(text: &str, limit: usize) -> usize {
     let mut deepest = 0;
     let mut flow = 0usize;
@@ -208,6 +213,8 @@ fn nesting_depth(text: &str, limit: usize) -> usize {
         // One level per two columns of indentation (or `- ` of a nested sequence).
         deepest = deepest.max(indent.div_ceil(2));
         let mut quote: Option<u8> = None;
+        let mut node_start = true;
+        let mut indicator = false;
         let mut previous = b' ';
         let bytes = line.as_bytes();
         let mut i = 0;
@@ -215,12 +222,13 @@ fn nesting_depth(text: &str, limit: usize) -> usize {
             let b = bytes[i];
             match quote {
                 Some(b'"') if b == b'\\' => i += 1, // skip the escaped character
+                Some(b'\'') if b == b'\'' && bytes.get(i + 1) == Some(&b'\'') => i += 1, // `''`
                 Some(q) if b == q => quote = None,
                 Some(_) => {}
                 None => match b {
-                    b'"' | b'\'' => quote = Some(b),
+                    b'"' | b'\'' if node_start => quote = Some(b),
                     b'#' if previous == b' ' || previous == b'\t' || i == 0 => break,
-                    b'[' | b'{' => {
+                    b'[' | b'{' if node_start || flow > 0 => {
                         flow += 1;
                         deepest = deepest.max(flow + indent.div_ceil(2));
                     }
@@ -228,6 +236,16 @@ fn nesting_depth(text: &str, limit: usize) -> usize {
                     _ => {}
                 },
             }
+            // `: ` always indicates a value; `- ` and `? ` only where a node could start.
+            let indicates = b == b':' || (node_start && matches!(b, b'-' | b'?'));
+            node_start = quote.is_none()
+                && match b {
+                    b' ' | b'\t' => node_start || indicator,
+                    // In a flow collection, also `"a":"b"` (JSON) and `[a,b]`.
+                    b'[' | b'{' | b',' | b':' => flow > 0,
+                    _ => false,
+                };
+            indicator = quote.is_none() && indicates;
             if deepest > limit {
                 return deepest;
             }

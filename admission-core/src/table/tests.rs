@@ -494,6 +494,53 @@ fn hostile_nesting_is_refused_before_the_parser() {
     assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
 }
 
+/// Fuzz finding (fuzz/fuzz_targets/table.rs): a table accepted as JSON with `[` in a rule
+/// name or path was persisted as YAML with those brackets in a plain scalar, which the
+/// nesting check counted, so the state file was refused at the next start. Brackets open a
+/// collection only where a node starts (or inside a flow collection), and a quote starts a
+/// quoted scalar only there too: a quote inside a plain scalar (`it's`) hid the rest of
+/// its line from the check, so a nesting the parser takes quadratic time on got through.
+#[test]
+fn nesting_counts_collections_not_brackets_in_plain_scalars() {
+    let brackets = "[".repeat(100);
+    let json = format!(
+        r#"{{"rules": [{{"name": "x{brackets}", "match": {{"path_prefix": "/a{brackets}"}}, "business": 1}}]}}"#
+    );
+    let table = PriorityTable::from_json(&json).unwrap();
+    assert_eq!(PriorityTable::from_yaml(&table.to_yaml()).unwrap(), table);
+    // In a single-quoted scalar `''` is a quote, not its end; after the end, text again.
+    let names =
+        [format!("'it''s {brackets}'"), format!("'x' # {brackets}"), format!("'x''' #{brackets}")];
+    for name in names {
+        let yaml =
+            format!("rules:\n  - name: {name}\n    match: {{ path: /x }}\n    business: 1\n");
+        PriorityTable::from_yaml(&yaml).unwrap();
+    }
+    let started = std::time::Instant::now();
+    let deep = "[".repeat(200_000);
+    for hidden in
+        [format!("[it's, {deep}"), format!("a: it's {{b: {deep}"), format!("['x', {deep}")]
+    {
+        let e = PriorityTable::from_yaml(&hidden).unwrap_err();
+        assert!(e.to_string().contains("nested more than"), "{e}");
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(1), "{:?}", started.elapsed());
+}
+
+/// Fuzz finding (fuzz/fuzz_targets/table.rs): a rule name with a line break, accepted as
+/// JSON, was persisted as a YAML block scalar whose lines the nesting check counted, so the
+/// state file was refused at the next start. Names are one line of text.
+#[test]
+fn rule_names_are_one_line() {
+    for name in ["a\nb", "a\rb", "a\tb", "a\u{85}b", "a\u{2028}b", "a\u{1b}[31m"] {
+        let json = serde_json::json!({
+            "rules": [{ "name": name, "match": { "path": "/x" }, "business": 1 }]
+        });
+        let e = PriorityTable::from_json(&json.to_string()).unwrap_err();
+        assert_eq!(e.0[0].path, "rules[0].name", "{name:?}: {e}");
+    }
+}
+
 #[test]
 fn empty_documents_are_refused() {
     for body in ["", "  \n\t\n"] {

@@ -24,6 +24,14 @@ pub(super) fn validate(table: &PriorityTable) -> Vec<TableError> {
         let at = format!("rules[{i}]");
         if rule.name.trim().is_empty() {
             errors.push(TableError::new(format!("{at}.name"), "missing or empty rule name"));
+        } else if rule.name.chars().any(|c| c.is_control() || matches!(c, '\u{2028}' | '\u{2029}'))
+        {
+            // One line of text: names go into logs, audits and metrics, and a line break
+            // would make the persisted YAML a block scalar.
+            errors.push(TableError::new(
+                format!("{at}.name"),
+                "rule name contains a line break or control character",
+            ));
         } else if let Some(first) = names.insert(&rule.name, i) {
             names.insert(&rule.name, first);
             errors.push(TableError::new(

@@ -17,6 +17,20 @@ fn grpc_timeout_rejects_garbage() {
     }
 }
 
+/// Fuzz finding (fuzz/fuzz_targets/deadline.rs): `99999999H` was 11,000 years, past the
+/// engine's `u64` nanoseconds, so `arrival + budget` wrapped to an arbitrary deadline.
+#[test]
+fn grpc_timeout_is_capped() {
+    assert_eq!(parse_grpc_timeout(b"99999999H"), Some(MAX_BUDGET));
+    assert_eq!(parse_grpc_timeout(b"99999999M"), Some(MAX_BUDGET));
+    assert_eq!(parse_grpc_timeout(b"8000000H"), Some(MAX_BUDGET));
+    assert_eq!(parse_grpc_timeout(b"99999999S"), Some(Duration::from_secs(99_999_999)));
+    assert_eq!(parse_timeout_ms(b"999999999999"), Some(MAX_BUDGET));
+    // A year of uptime plus the longest budget still fits the engine's clock.
+    let year = Duration::from_secs(366 * 24 * 3600);
+    assert!((MAX_BUDGET + year).as_nanos() < u128::from(u64::MAX));
+}
+
 #[test]
 fn timeout_ms() {
     assert_eq!(parse_timeout_ms(b"480"), Some(Duration::from_millis(480)));

@@ -20,17 +20,21 @@ use crate::body::RequestBody;
 pub fn parse_target(target: &str) -> Result<Authority, String> {
     let authority: Authority =
         target.parse().map_err(|_| format!("`{target}` is not a host:port authority"))?;
+    if authority.host().is_empty() {
+        return Err(format!("`{target}` has no host"));
+    }
     if authority.port_u16().is_none() {
         return Err(format!("`{target}` has no port"));
     }
     if authority.as_str().contains('@') {
         return Err(format!("`{target}` carries user info"));
     }
-    Ok(authority)
+    with_port(authority).ok_or_else(|| format!("`{target}` is not a host:port authority"))
 }
 
 /// The authority a request is for: a fixed route's, the absolute-form URI's (HTTP proxy
-/// style, and HTTP/2's `:authority`), or the `Host` header's. Port 80 when none is given.
+/// style, and HTTP/2's `:authority`), or the `Host` header's. Port 80 when none is given
+/// (or the port is empty, `host:`, as RFC 3986 allows).
 pub fn target_authority(
     route: Option<&Authority>,
     uri: &Uri,
@@ -43,13 +47,26 @@ pub fn target_authority(
         Some(a) => a.clone(),
         None => Authority::try_from(headers.get(HOST)?.as_bytes()).ok()?,
     };
-    if authority.as_str().contains('@') {
+    with_port(authority)
+}
+
+/// `host:port` as it is, `host` or `host:` with port 80; `None` for what else http's parser
+/// lets through, rather than guessing: user info, no host, a port that is no port
+/// (`host:99999`, `host:+80`), bytes after a bracketed host (`[::1]x:80`).
+fn with_port(authority: Authority) -> Option<Authority> {
+    let host = authority.host();
+    if authority.as_str().contains('@') || host.is_empty() {
         return None;
     }
-    if authority.port_u16().is_some() {
-        return Some(authority);
+    // Without user info, the host comes first; after it only `:port`, `:` or nothing.
+    match &authority.as_str()[host.len()..] {
+        "" | ":" => Authority::try_from(format!("{host}:80")).ok(),
+        port => {
+            let digits = port.strip_prefix(':')?;
+            let ok = digits.bytes().all(|b| b.is_ascii_digit()) && authority.port_u16().is_some();
+            ok.then_some(authority)
+        }
     }
-    Authority::try_from(format!("{}:80", authority.host())).ok()
 }
 
 /// The request for the downstream.
@@ -164,8 +181,32 @@ mod tests {
         assert_eq!(target_authority(None, &origin, &h("h.svc:81")).unwrap(), "h.svc:81");
         assert_eq!(target_authority(None, &origin, &h("h.svc")).unwrap(), "h.svc:80");
         assert!(target_authority(None, &origin, &HeaderMap::new()).is_none());
+        assert_eq!(target_authority(None, &origin, &h("[::1]")).unwrap(), "[::1]:80");
+        assert_eq!(target_authority(None, &origin, &h("h.svc:")).unwrap(), "h.svc:80");
         assert!(parse_target("b.svc").is_err());
         assert!(parse_target("u@b.svc:80").is_err());
+    }
+
+    /// Fuzz findings (fuzz/fuzz_targets/target_authority.rs): an authority with no host
+    /// (`:2`) was a target (resolving the empty name), as a route's too; a port that is no port
+    /// (`h.svc:99999`) was silently replaced by 80; and what http accepts after a bracketed
+    /// host (`[::1]x:80`, `[]C`) was kept or dropped.
+    #[test]
+    fn no_host_or_a_bad_port_is_no_target() {
+        let origin: Uri = "/x".parse().unwrap();
+        let mut headers = HeaderMap::new();
+        for host in
+            [":2", "h.svc:99999", "h.svc:8o", "h.svc:+80", "[::1]:65536", "[::1]x:80", "[]C"]
+        {
+            headers.insert(HOST, HeaderValue::from_str(host).unwrap());
+            assert_eq!(target_authority(None, &origin, &headers), None, "{host}");
+        }
+        let authority_form: Uri = ":2".parse().unwrap();
+        assert_eq!(target_authority(None, &authority_form, &HeaderMap::new()), None);
+        for target in [":2", "[::1]x:80", "b.svc:+80"] {
+            assert!(parse_target(target).is_err(), "a route target is host:port too: {target}");
+        }
+        assert_eq!(parse_target("[::1]:80").unwrap(), "[::1]:80");
     }
 
     #[test]

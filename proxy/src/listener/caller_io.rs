@@ -156,10 +156,12 @@ impl CallerIo {
 }
 
 /// In the request head at the start of `read`, a `Content-Length` whose value is a list of
-/// equal numbers keeps the first; the rest is blanked to trailing whitespace.
-fn collapse_content_length(read: &mut [u8]) {
+/// equal numbers keeps the first; the rest is blanked to trailing whitespace. The value must
+/// be digits, commas and optional whitespace (space, tab) only, as RFC 9110's list syntax
+/// says, so no line break or other byte hyper would refuse is ever blanked away.
+pub fn collapse_content_length(read: &mut [u8]) {
     const NAME: &[u8] = b"content-length:";
-    let head_end = find(read, b"\r\n\r\n").unwrap_or(read.len());
+    let head_end = head_end(read);
     let head = &mut read[..head_end];
     if !head.contains(&b',') {
         return;
@@ -170,7 +172,7 @@ fn collapse_content_length(read: &mut [u8]) {
         let line = &mut head[line_start..line_end];
         if line.len() > NAME.len() && line[..NAME.len()].eq_ignore_ascii_case(NAME) {
             let value = &mut line[NAME.len()..];
-            let mut parts = value.split(|&b| b == b',').map(|p| p.trim_ascii());
+            let mut parts = value.split(|&b| b == b',').map(trim_ows);
             let first = parts.next().unwrap_or_default();
             let all_equal = !first.is_empty()
                 && first.iter().all(u8::is_ascii_digit)
@@ -183,6 +185,26 @@ fn collapse_content_length(read: &mut [u8]) {
         }
         line_start = line_end + 2;
     }
+}
+
+/// Where a request head ends: after its first empty line. httparse, and so hyper, also ends
+/// a line with a bare `\n`, so `\n\n` and `\n\r\n` both end it; without either, the whole
+/// read is head so far.
+fn head_end(read: &[u8]) -> usize {
+    let lf_lf = find(read, b"\n\n").map(|i| i + 2);
+    let lf_crlf = find(read, b"\n\r\n").map(|i| i + 3);
+    lf_lf.into_iter().chain(lf_crlf).min().unwrap_or(read.len())
+}
+
+/// RFC 9110's optional whitespace (space and tab) trimmed from both ends.
+fn trim_ows(mut value: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = value {
+        value = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = value {
+        value = rest;
+    }
+    value
 }
 
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
@@ -286,5 +308,27 @@ mod tests {
         ] {
             assert_eq!(collapsed(head), head);
         }
+    }
+
+    /// Fuzz findings (fuzz/fuzz_targets/content_length.rs): a head hyper ends with a bare
+    /// `\n` (`\r\n\n`) was scanned on into the body, whose bytes were rewritten; and a value
+    /// whose parts were "equal" once `\r`, `\n` or a form feed was trimmed lost those bytes,
+    /// turning a head hyper refuses into one it accepts.
+    #[test]
+    fn only_the_head_and_only_list_syntax_is_rewritten() {
+        for head in [
+            "POST / HTTP/1.1\r\nContent-Length: 22\r\n\r\ncontent-length: 7,7\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 22\r\n\ncontent-length: 7,7\r\n\r\n",
+            "POST / HTTP/1.1\nContent-Length: 22\n\r\ncontent-length: 7,7\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 7,\r7\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 7,\n7\r\n\r\n",
+            "POST / HTTP/1.1\r\nContent-Length: 7,\x0c7\r\n\r\n",
+        ] {
+            assert_eq!(collapsed(head), head);
+        }
+        assert_eq!(
+            collapsed("POST / HTTP/1.1\r\nContent-Length:\t7 ,\t7\t\r\n\r\n"),
+            "POST / HTTP/1.1\r\nContent-Length:\t7     \r\n\r\n"
+        );
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::time::Instant;
 
-const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+pub const H2_PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
 /// While what arrived is a strict prefix of the preface, how long to wait before looking
 /// again (real h2 clients send the preface in one piece; this is for the odd split one).
@@ -41,7 +41,9 @@ pub async fn protocol(stream: &TcpStream, deadline: Instant) -> io::Result<Optio
 }
 
 /// The verdict on the first bytes, or `None` while they are a strict prefix of the preface.
-fn decide(first: &[u8]) -> Option<Detected> {
+/// Bytes past the preface do not matter (the listener peeks at most the preface's 24).
+pub fn decide(first: &[u8]) -> Option<Detected> {
+    let first = &first[..first.len().min(H2_PREFACE.len())];
     if first != &H2_PREFACE[..first.len()] {
         return Some(Detected::Http1);
     }
@@ -59,5 +61,15 @@ mod tests {
         assert_eq!(decide(b"PRI * HTTP/1.1"), Some(Detected::Http1));
         assert_eq!(decide(b"PRI * HTTP/2"), None);
         assert_eq!(decide(H2_PREFACE), Some(Detected::H2));
+    }
+
+    /// Fuzz finding (fuzz/fuzz_targets/detect.rs): more than the preface's 24 bytes sliced
+    /// the preface past its end and panicked. The listener's 24-byte peek never did that.
+    #[test]
+    fn bytes_past_the_preface_do_not_matter() {
+        let mut h2 = H2_PREFACE.to_vec();
+        h2.extend_from_slice(b"\0\0\x12\x04");
+        assert_eq!(decide(&h2), Some(Detected::H2));
+        assert_eq!(decide(b"GET /a/long/path HTTP/1.1\r\nhost: x\r\n\r\n"), Some(Detected::Http1));
     }
 }
