@@ -8,6 +8,9 @@
 //! - [`scenario`], [`report`], [`plot`]: the overload benchmark and its outputs.
 //! - [`egress_bench`]: the chain, fan-out and expiry benchmark through two sidecars;
 //!   [`bench_cli`]: the runners' shared command-line pieces.
+//! - [`support`]: the end-to-end tests' apps, clients and misbehaving peers
+//!   (`proxy/tests/e2e`); [`weir_process`]: `weir run` as a child that reports the ports it
+//!   bound; [`prom`]: the one reader of weir's Prometheus text.
 //!
 //! Everything here targets 127.0.0.1 only, and every run has a fixed duration.
 
@@ -18,7 +21,10 @@ pub mod fairness;
 pub mod overhead;
 pub mod plot;
 pub mod procfs;
+pub mod prom;
 pub mod report;
 pub mod scenario;
+pub mod support;
+pub mod weir_process;
 
 pub use weir_workload::{backend, load, status, unix_micros, DEADLINE_HEADER};

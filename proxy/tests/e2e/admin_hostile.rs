@@ -2,7 +2,7 @@
 //! hit `/v1/priority-table/validate`, `/live` and proxied traffic keep answering promptly,
 //! admission windows keep closing on time, and every body is answered within a bound.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! the same exit code and the same one line, for valid and invalid files alike (they call
 //! the same parsing and validation; this keeps it so as that code changes).
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

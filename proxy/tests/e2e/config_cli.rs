@@ -3,7 +3,7 @@
 //! command takes a file, and logs without colour escapes when nobody reads them at a
 //! terminal.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::process::{Command, Stdio};

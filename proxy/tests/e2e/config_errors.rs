@@ -2,7 +2,7 @@
 //! that line names the field at fault. One case per setting the hardening review found
 //! accepted, misnamed or panicking.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

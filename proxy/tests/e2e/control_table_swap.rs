@@ -7,7 +7,7 @@
 //! both user-id headers with values whose user levels differ, so a request stamped half by
 //! one version and half by another shows up as a parity/user-level mismatch at the app.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

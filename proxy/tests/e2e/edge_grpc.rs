@@ -8,7 +8,7 @@
 //! Without it the grpcio test is skipped loudly, unless `CI` is set, where it fails.
 //! Refusals are forced deterministically: one in-flight slot held by the app, no queue.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

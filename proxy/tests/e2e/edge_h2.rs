@@ -3,7 +3,7 @@
 //! misbehaving caller runs next to a well-behaved one that must be served normally. See
 //! `support/misbehaving.rs` for `WEIR_EDGE_DISARM`.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 //! with a generous `MARGIN`. See `support/misbehaving.rs` for `WEIR_EDGE_DISARM` (every guard
 //! huge: the guard tests must then fail).
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! unattacked latency (the figures are printed; the assertions keep generous margins for a
 //! busy 2-core machine). See `support/misbehaving.rs` for `WEIR_EDGE_DISARM`.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! priority stamp survives a caller's `Connection` header. Each misbehaving caller runs
 //! next to a well-behaved one, whose latency is printed beside its unattacked latency.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};

@@ -4,7 +4,7 @@
 //! below it locally: those refusals are fast, B never sees them, the important class keeps
 //! flowing, and once the load is gone the refused class flows again. Bounded: ~3 s of load.
 
-mod support;
+use crate::support;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -1,48 +1,30 @@
 //! `weir run --egress ADDR` as a real process: the egress listener comes up on ADDR and
 //! carries an outbound call to its downstream (named by `Host`), which answers through it.
 
-mod support;
+use crate::support;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use support::backend::Backend;
 use support::client::Http1;
-
-/// Kills the child on every exit path (a failed assertion included).
-struct Child(std::process::Child);
-
-impl Drop for Child {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weir_run_with_egress_serves_outbound_calls() {
     let downstream = Backend::start().await;
     let app = Backend::start().await;
-    let egress = free_port();
-    let child = Command::new(support::weir_binary())
-        .args(["run", "--inbound", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-        .args(["--app", &app.addr.to_string(), "--egress", &egress.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("weir starts");
-    let mut child = Child(child);
-
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while std::net::TcpStream::connect_timeout(&egress, Duration::from_millis(100)).is_err() {
-        assert!(child.0.try_wait().unwrap().is_none(), "weir exited early");
-        assert!(Instant::now() < deadline, "egress listener {egress} never came up");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let app_addr = app.addr.to_string();
+    let weir = support::weir_run(&[
+        "--inbound",
+        "127.0.0.1:0",
+        "--admin",
+        "127.0.0.1:0",
+        "--app",
+        &app_addr,
+        "--egress",
+        "127.0.0.1:0",
+    ])
+    .await;
+    let egress = weir.listeners.egress.expect("the ready file names the egress listener");
     let host = downstream.addr.to_string();
     let r = Http1::new()
         .get(

@@ -2,7 +2,7 @@
 //! finishes with its answer, the egress listener stops taking new connections, and the stop
 //! reports that nothing was cut off. Bounded polls, no sleeps as synchronisation.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! three ways of naming a downstream (absolute-form, `:authority`, fixed route); the
 //! remaining budget; spent budgets; a downstream that is down or silent.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;

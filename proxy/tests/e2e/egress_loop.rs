@@ -15,7 +15,7 @@
 //!
 //! Measured: the well-behaved caller's p99 with and without the attack, weir's fds and RSS.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

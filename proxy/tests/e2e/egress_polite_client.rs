@@ -4,9 +4,9 @@
 //! end to end through a real weir egress, it waits out a downstream's refusals and gets
 //! through once the downstream has recovered.
 
-mod support;
+use crate::support;
 
-#[path = "../examples/polite_client.rs"]
+#[path = "../../../tests/examples/polite_client.rs"]
 mod polite_client;
 
 use std::convert::Infallible;

@@ -7,7 +7,7 @@
 //! through the real header path); the second overloads a real app 3x and checks the refusals
 //! users actually get, with margins wide enough for a busy 2-core machine.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;

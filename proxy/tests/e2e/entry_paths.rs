@@ -2,7 +2,7 @@
 //! client cannot borrow a more important rule's class by spelling its path through that
 //! rule's prefix; ambiguous spellings are refused with 400 and never reach the app.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! its budget is refused at the door, a stalled app reads as overloaded, and the adaptive
 //! in-flight limit (the default) is in force.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -1,6 +1,6 @@
 //! The `weir` command line: a bad flag or configuration exits 64 with one line naming it.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

@@ -1,7 +1,7 @@
 //! gRPC through weir with a real tonic server and client: calls and their trailers pass
 //! through; weir's refusals reach the client as RESOURCE_EXHAUSTED with a retry pushback.
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -2,7 +2,7 @@
 //! without a content-length) must not cost HTTP/1.1 callers their keep-alive: weir ends
 //! the app's connection, not the caller's, and answers the caller in HTTP/1.1.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! least important class first and keeps the most important one whole; in shadow mode it
 //! refuses nothing but counts what it would have refused. Bounded: ~4 s of load each.
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

@@ -1,7 +1,7 @@
 //! The inbound path passes traffic through faithfully (HTTP/1.1 and h2c, real hyper app and
 //! clients) and stamps `x-admission-level` on every response, including its own errors.
 
-mod support;
+use crate::support;
 
 use bytes::Bytes;
 use http::Method;

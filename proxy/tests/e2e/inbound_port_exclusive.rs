@@ -4,38 +4,27 @@
 //! (or an old one that never exited) would quietly serve half the pod's traffic. weir
 //! probes the port without SO_REUSEPORT first and refuses to start, naming it.
 
-mod support;
+use crate::support;
 
 use std::io::Read as _;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
+use support::WeirProcess;
+use weir_harness::weir_process::START_WITHIN;
 
-fn start(dir: &std::path::Path, name: &str, inbound: SocketAddr, threads: usize) -> Child {
+fn command(dir: &std::path::Path, name: &str, inbound: SocketAddr, threads: usize) -> Command {
     let config = dir.join(format!("{name}.yaml"));
     std::fs::write(&config, format!("inbound:\n  threads: {threads}\n")).unwrap();
-    Command::new(support::weir_binary())
+    let mut command = Command::new(support::weir_binary());
+    command
         .args(["run", "--config", config.to_str().unwrap()])
         .args(["--inbound", &inbound.to_string(), "--admin", "127.0.0.1:0", "--app", "127.0.0.1:9"])
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
-}
-
-/// Kills the process when dropped, so a failed assertion leaves no weir running.
-struct Running(Child);
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+        .stderr(Stdio::piped());
+    command
 }
 
 /// Waits for `child` to exit within `within`; its exit code and stderr.
@@ -57,19 +46,17 @@ fn exited(mut child: Child, within: Duration) -> Option<(i32, String)> {
 #[test]
 fn a_second_weir_on_a_taken_inbound_port_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
-    // The first one: two threads, so its listeners carry SO_REUSEPORT.
-    let mut first = Running(start(dir.path(), "first", port, 2));
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while TcpStream::connect(port).is_err() {
-        assert!(first.0.try_wait().unwrap().is_none(), "the first weir exited");
-        assert!(Instant::now() < deadline, "the first weir never listened on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The first one: two threads, so its listeners carry SO_REUSEPORT; on a port of the
+    // kernel's choosing, which its ready file names.
+    let any_port = "127.0.0.1:0".parse().unwrap();
+    let mut first =
+        WeirProcess::start_blocking(command(dir.path(), "first", any_port, 2), START_WITHIN)
+            .expect("the first weir starts");
+    let port = first.listeners.inbound;
     // A second one, per-thread listeners too (the case SO_REUSEPORT would let through),
     // and one with a single listener.
     for threads in [2, 1] {
-        let second = start(dir.path(), "second", port, threads);
+        let second = command(dir.path(), "second", port, threads).spawn().unwrap();
         let (code, err) = exited(second, Duration::from_secs(30)).unwrap_or_else(|| {
             panic!("threads {threads}: the second weir shares {port} and serves")
         });
@@ -81,6 +68,6 @@ fn a_second_weir_on_a_taken_inbound_port_refuses_to_start() {
         }
     }
     // The first one still holds the port alone.
-    assert!(first.0.try_wait().unwrap().is_none(), "the first weir exited");
+    assert!(first.child().try_wait().unwrap().is_none(), "the first weir exited");
     TcpStream::connect(port).expect("the first weir still accepts");
 }

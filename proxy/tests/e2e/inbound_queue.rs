@@ -1,7 +1,7 @@
 //! The pending queue in front of the app: bounded, FIFO, left by callers who hang up, and
 //! guarded at dequeue by the residence-time gate. Also the entry role's header stamping.
 
-mod support;
+use crate::support;
 
 use std::io::Write;
 use std::net::TcpStream;

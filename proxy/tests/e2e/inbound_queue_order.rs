@@ -3,7 +3,7 @@
 //! important waiter (refused as overload, never sent to the app). Held requests (`/hold`)
 //! instead of timing: the app admits one request at a time and only when the test says so.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! SIGTERM during load: the real `weir` binary stops accepting, finishes every request it
 //! had admitted (queued or in flight), and exits 0 within its grace.
 
-mod support;
+use crate::support;
 
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};

@@ -2,20 +2,17 @@
 //! probes and the scrape and nothing else, `/ready` fails from SIGTERM on, and with
 //! `--drain-delay` the sidecar keeps accepting and serving for that long before it drains.
 
-mod support;
+use crate::support;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::backend::Backend;
-
-/// A port that was free a moment ago on 127.0.0.1.
-fn free_port() -> SocketAddr {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
-}
+use support::WeirProcess;
+use weir_harness::weir_process::START_WITHIN;
 
 /// One request on a new connection (`connection: close`): the status code.
 fn status(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<u16> {
@@ -43,70 +40,38 @@ fn body(addr: SocketAddr, path: &str) -> String {
 }
 
 struct Weir {
-    child: Child,
+    process: WeirProcess,
     inbound: SocketAddr,
     public: SocketAddr,
 }
 
 impl Weir {
     fn start(dir: &Path, app: SocketAddr, extra: &[&str]) -> Weir {
-        let (inbound, public) = (free_port(), free_port());
         let config = dir.join("weir.yaml");
         std::fs::write(
             &config,
             format!(
-                "inbound:\n  listen: {inbound}\n  app: {app}\n  threads: 1\n  shutdown_grace: 5s\n\
-                 admin:\n  listen: 127.0.0.1:0\n  public_listen: {public}\nlog:\n  filter: warn\n"
+                "inbound:\n  listen: 127.0.0.1:0\n  app: {app}\n  threads: 1\n  shutdown_grace: 5s\n\
+                 admin:\n  listen: 127.0.0.1:0\n  public_listen: 127.0.0.1:0\nlog:\n  filter: warn\n"
             ),
         )
         .unwrap();
-        let child = Command::new(support::weir_binary())
-            .args(["run", "--config"])
-            .arg(&config)
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("weir starts");
-        let mut weir = Weir { child, inbound, public };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while status(public, "GET", "/ready").ok() != Some(200) {
-            if let Some(exit) = weir.child.try_wait().unwrap() {
-                panic!("weir exited {exit:?} before /ready");
-            }
-            assert!(Instant::now() < deadline, "/ready on the public listener within 20 s");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        weir
+        let mut command = Command::new(support::weir_binary());
+        command.args(["run", "--config"]).arg(&config).args(extra).stdout(Stdio::null());
+        let process = WeirProcess::start_blocking(command, START_WITHIN).expect("weir is ready");
+        let (inbound, public) = (process.listeners.inbound, process.listeners.public.unwrap());
+        Weir { process, inbound, public }
     }
 
     fn sigterm(&self) -> Instant {
-        let kill = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
-        assert!(kill.unwrap().success());
-        Instant::now()
+        self.process.sigterm()
     }
 
     /// Waits (at most `within`) for the exit; its status and when.
     fn exit_within(&mut self, within: Duration) -> (std::process::ExitStatus, Instant) {
-        let deadline = Instant::now() + within;
-        loop {
-            if let Some(exit) = self.child.try_wait().unwrap() {
-                return (exit, Instant::now());
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("weir still running {within:?} after SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-}
-
-impl Drop for Weir {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process
+            .exit_within(within)
+            .unwrap_or_else(|| panic!("weir still running {within:?} after SIGTERM"))
     }
 }
 
@@ -199,4 +164,55 @@ fn a_taken_public_port_fails_the_start_naming_the_setting() {
     assert_eq!(code, Some(1), "{stderr}");
     let last = stderr.trim_end().lines().last().unwrap_or_default();
     assert!(last.starts_with("weir: admin.public_listen"), "{stderr}");
+}
+
+/// `--ready-file`: with every listener on port 0, the file names where each one is bound,
+/// and it appears only once they all accept and `/ready` answers 200 (it is renamed into
+/// place whole). Tests and supervisors learn weir's ports from it instead of picking free
+/// ports and hoping they stay free.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ready_file_names_every_listener_bound_on_port_0() {
+    let app = Backend::start().await;
+    let downstream = Backend::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("weir.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "inbound:\n  listen: 127.0.0.1:0\n  app: {}\n  threads: 2\n\
+             admin:\n  listen: 127.0.0.1:0\n  public_listen: 127.0.0.1:0\n\
+             egress:\n  enabled: true\n  listen: 127.0.0.1:0\n  routes:\n    - listen: 127.0.0.1:0\n      target: {}\n\
+             log:\n  filter: warn\n",
+            app.addr, downstream.addr
+        ),
+    )
+    .unwrap();
+    let weir = support::weir_run(&["--config", config.to_str().unwrap()]).await;
+    let l = weir.listeners.clone();
+    assert_eq!(l.pid, weir.pid());
+    let public = l.public.expect("public listener");
+    let egress = l.egress.expect("egress listener");
+    assert_eq!(l.egress_routes.len(), 1, "{l:?}");
+    let route = l.egress_routes[0];
+    let mut ports: Vec<u16> =
+        [l.inbound, l.admin, public, egress, route].iter().map(|a| a.port()).collect();
+    assert!(ports.iter().all(|p| *p != 0), "{l:?}");
+    ports.sort_unstable();
+    ports.dedup();
+    assert_eq!(ports.len(), 5, "five listeners, five ports: {l:?}");
+    let (admin, inbound) = (l.admin, l.inbound);
+    let answers = tokio::task::spawn_blocking(move || {
+        [
+            status(admin, "GET", "/ready"),
+            status(public, "GET", "/ready"),
+            status(inbound, "GET", "/through-inbound"),
+            status(route, "GET", "/through-route"),
+        ]
+        .map(|s| s.map_err(|e| e.to_string()))
+    })
+    .await
+    .unwrap();
+    assert_eq!(answers, [Ok(200), Ok(200), Ok(200), Ok(200)], "{}", weir.stderr());
+    assert_eq!(app.seen_path("/through-inbound").len(), 1);
+    assert_eq!(downstream.seen_path("/through-route").len(), 1);
 }

@@ -4,9 +4,9 @@
 //! the traffic sits behind one notch of the dial; with `sub_bits: 7` the level can cut
 //! close to the share the capacity requires.
 //!
-//! `cargo test -p weir-tests --test size_grade_dial -- --ignored --nocapture`
+//! `cargo test -p proxy --test e2e size_grade_dial -- --ignored --nocapture`
 
-mod support;
+use crate::support;
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;

@@ -1,22 +1,57 @@
-//! Shared pieces of the inbound end-to-end tests: a real hyper app (HTTP/1.1 and h2c on one
-//! port) that records what reaches it, clients, and an in-process weir sidecar.
-#![allow(dead_code)]
-
-pub mod backend;
-pub mod client;
-pub mod grpc_codec;
-pub mod misbehaving;
+//! Shared pieces of the end-to-end tests. The apps, clients and misbehaving peers are the
+//! harness library's (`weir_harness::support`, re-exported here under the names the tests
+//! use); what needs this crate is here: an in-process weir sidecar, and the `weir` binary
+//! this package builds, run as a child that reports the ports it bound.
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+pub use weir_harness::support::{
+    backend, client, eventually, grpc_codec, metrics_text, sample, WeirProcess,
+};
 use weir_proxy::{Sidecar, SidecarConfig};
+
+/// The harness's misbehaving peers, and the sidecar the protocol-edge tests put them before.
+pub mod misbehaving {
+    pub use weir_harness::support::misbehaving::*;
+
+    use std::net::SocketAddr;
+    use std::time::Duration;
+
+    use weir_proxy::{Sidecar, SidecarConfig};
+
+    /// A sidecar in front of `app`. Requests without a deadline get
+    /// 10 s (not the default 500 ms), and a long wait under overload is not cut
+    /// (`overload_max_wait: 0`), so a well-behaved caller stuck behind a misbehaving one shows
+    /// up as "not answered in time" rather than as one of weir's own refusals: these tests are
+    /// about the data plane's bounds, not about admission control.
+    pub fn edge_sidecar(app: SocketAddr, tweak: impl FnOnce(&mut SidecarConfig)) -> Sidecar {
+        super::sidecar(app, |c| {
+            c.inbound.task_timeout = Duration::from_secs(10);
+            c.inbound.overload_max_wait = Duration::ZERO;
+            tweak(c);
+        })
+    }
+}
 
 /// A sidecar in front of `app` on ephemeral ports, with `tweak` applied to the embedded
 /// default configuration.
 pub fn sidecar(app: SocketAddr, tweak: impl FnOnce(&mut SidecarConfig)) -> Sidecar {
+    sidecar_with_defaults(app, |config| {
+        // These tests pin exact in-flight counts; the adaptive limit (the default) would move
+        // them. It has its own tests (admission-core, and inbound_adaptive.rs, which runs
+        // with the shipped default through `sidecar_with_defaults`).
+        config.inbound.adaptive_inflight = false;
+        tweak(config);
+    })
+}
+
+/// A sidecar in front of `app` on ephemeral ports with the embedded default configuration
+/// (the adaptive in-flight limit on), only what several sidecars in one test process need
+/// changed, then `tweak`.
+pub fn sidecar_with_defaults(app: SocketAddr, tweak: impl FnOnce(&mut SidecarConfig)) -> Sidecar {
     let mut config = SidecarConfig::load(None).expect("embedded default");
     config.inbound.listen = "127.0.0.1:0".parse().unwrap();
     config.admin.listen = "127.0.0.1:0".parse().unwrap();
@@ -26,63 +61,27 @@ pub fn sidecar(app: SocketAddr, tweak: impl FnOnce(&mut SidecarConfig)) -> Sidec
     config.inbound.work_stealing = true;
     config.inbound.shutdown_grace = Duration::from_secs(2);
     config.log.filter = "warn".into();
-    // These tests pin exact in-flight counts; the adaptive limit (the default) would move
-    // them. It has its own tests (admission-core, and inbound_adaptive.rs opts back in).
-    config.inbound.adaptive_inflight = false;
     tweak(&mut config);
     weir_proxy::telemetry::init_logging(&config.log);
     Sidecar::start(config).expect("sidecar starts")
 }
 
-/// Polls `cond` every millisecond until it holds or `within` passes.
-pub async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + within;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    cond()
+/// The `weir` binary of this package, built by cargo for this test (never by the test).
+pub fn weir_binary() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_weir"))
 }
 
-/// `GET http://admin/metrics`.
-pub async fn metrics_text(admin: SocketAddr) -> String {
-    let resp = client::Http1::new().get(&format!("http://{admin}/metrics"), &[]).await;
-    assert_eq!(resp.status, 200, "metrics endpoint");
-    String::from_utf8_lossy(&resp.body).into_owned()
-}
-
-/// The value of one Prometheus sample line (`name{labels} value`), 0 if absent.
-pub fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find_map(|l| {
-            let (name, value) = l.rsplit_once(' ')?;
-            (name == series).then(|| value.parse().ok()).flatten()
-        })
-        .unwrap_or(0.0)
-}
-
-/// The `weir` binary next to this test's target directory, built if needed.
-pub fn weir_binary() -> PathBuf {
-    static BUILT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    BUILT.get_or_init(build_weir).clone()
-}
-
-fn build_weir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let profile_dir = exe.parent().and_then(|deps| deps.parent()).unwrap().to_path_buf();
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let status = Command::new(cargo)
-        .args(["build", "-q", "-p", "proxy", "--bin", "weir"])
-        .stdout(Stdio::null())
-        .status()
-        .expect("cargo runs");
-    assert!(status.success(), "building weir");
-    let bin = profile_dir.join("weir");
-    assert!(bin.exists(), "{} exists", bin.display());
-    bin
+/// `weir run ARGS... --ready-file FILE`, ready: every listener bound (wherever the
+/// configuration and `args` say; port 0 for any free one) and `/ready` answering 200.
+/// stdin and stdout are closed; stderr (warnings only, `RUST_LOG=warn`) is kept in a file,
+/// [`WeirProcess::stderr`].
+pub async fn weir_run(args: &[&str]) -> WeirProcess {
+    let mut command = Command::new(weir_binary());
+    command.arg("run").args(args).env("RUST_LOG", "warn");
+    command.stdin(Stdio::null()).stdout(Stdio::null());
+    WeirProcess::start(command, weir_harness::weir_process::START_WITHIN)
+        .await
+        .unwrap_or_else(|e| panic!("weir run {args:?}: {e}"))
 }
 
 /// Runs the `weir` binary with `args`, returning its exit code and stderr; a process still running after `wait` is killed (`None`).

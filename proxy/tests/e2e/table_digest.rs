@@ -3,7 +3,7 @@
 //! a fleet can be checked for agreement with one query
 //! (`count(count by (digest) (weir_table_info)) > 1`).
 
-mod support;
+use crate::support;
 
 use http::Method;
 use support::client::{bytes_body, Http1};

@@ -58,7 +58,8 @@ struct Args {
     weir_bin: Option<PathBuf>,
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Internal: serve the zero-work app on this address and never return.
+    /// Internal: serve the zero-work app on this address (port 0: any; the bound address is
+    /// the first line on stdout) and never return.
     #[arg(long, hide = true)]
     serve_backend: Option<SocketAddr>,
 }
@@ -111,14 +112,14 @@ fn main() -> anyhow::Result<()> {
         .args(["-a", "-p", "-c", "0", &own_pid])
         .stdout(Stdio::null())
         .status()?;
-    let backend_addr = contender::free_port()?;
     let mut backend = Command::new(&taskset)
         .args(["-c", "0"])
         .arg(std::env::current_exe()?)
         .arg("--serve-backend")
-        .arg(backend_addr.to_string())
-        .stdout(Stdio::null())
+        .arg("127.0.0.1:0")
+        .stdout(Stdio::piped())
         .spawn()?;
+    let backend_addr = read_bound_addr(&mut backend)?;
     let scripts = tempfile::tempdir()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let measured = runtime.block_on(async {
@@ -275,10 +276,22 @@ async fn wait_listening(addr: SocketAddr, child: &mut Child) -> anyhow::Result<(
     anyhow::bail!("app did not listen on {addr} within 5 s")
 }
 
+/// The address the `--serve-backend` child bound: the first line it prints (a bounded wait:
+/// the read ends when it exits).
+fn read_bound_addr(child: &mut Child) -> anyhow::Result<SocketAddr> {
+    use std::io::BufRead as _;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line)?;
+    line.trim().parse().map_err(|_| anyhow::anyhow!("the app did not report its address: {line:?}"))
+}
+
 fn serve_backend(addr: SocketAddr) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr).await?;
+        // The parent reads the port from here; nothing else is printed.
+        println!("{}", listener.local_addr()?);
         overhead::serve_zero_work(listener).await?;
         anyhow::Ok(())
     })

@@ -1,5 +1,5 @@
 //! The app behind the sidecar: hyper 1 serving HTTP/1.1 and h2c (prior knowledge) on one
-//! port. Routes:
+//! port ([`weir_workload::backend::HttpServer`], the capacity model's server). Routes:
 //! - `/status/<code>`: that status, a short body.
 //! - `/bytes/<n>`: `n` bytes streamed in 64 KiB chunks (chunked, no content-length).
 //! - `/trailers`: a body and the trailers `x-checksum: done`.
@@ -9,7 +9,6 @@
 //!
 //! Every request's method, path, headers and arrival time are recorded.
 
-use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::*};
 use std::sync::{Arc, Mutex};
@@ -19,8 +18,9 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::{combinators::BoxBody, BodyExt, StreamBody};
 use hyper::body::{Frame, Incoming};
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use tokio::sync::Semaphore;
+use weir_workload::backend::HttpServer;
+pub use weir_workload::unix_micros;
 
 /// Header the tests put the client's send time in (microseconds since the Unix epoch).
 pub const SENT_AT: &str = "x-test-sent-us";
@@ -66,7 +66,7 @@ impl Default for State {
 pub struct Backend {
     pub addr: SocketAddr,
     pub state: Arc<State>,
-    task: tokio::task::JoinHandle<()>,
+    _server: HttpServer,
 }
 
 type Body = BoxBody<Bytes, hyper::Error>;
@@ -77,26 +77,13 @@ pub const LATE_SLACK: Duration = Duration::from_millis(25);
 
 impl Backend {
     pub async fn start() -> Backend {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let state = Arc::new(State::default());
         let st = state.clone();
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
-                // As real app servers do (nginx `tcp_nodelay on`, Go, hyper apps): without it
-                // an h2 response's DATA frame waits for the ACK of its HEADERS frame.
-                let _ = stream.set_nodelay(true);
-                let st = st.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| handle(st.clone(), req));
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Backend { addr, state, task }
+        let server =
+            HttpServer::bind(([127, 0, 0, 1], 0).into(), move |req| handle(st.clone(), req))
+                .await
+                .expect("bind 127.0.0.1:0");
+        Backend { addr: server.addr(), state, _server: server }
     }
 
     pub fn set_service_time(&self, t: Duration) {
@@ -121,20 +108,7 @@ impl Backend {
     }
 }
 
-impl Drop for Backend {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-pub fn unix_micros() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_micros() as u64)
-        .unwrap_or(0)
-}
-
-async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+async fn handle(st: Arc<State>, req: Request<Incoming>) -> Response<Body> {
     let arrived = unix_micros();
     st.arrivals.fetch_add(1, Relaxed);
     let header_u64 = |name: &str| {
@@ -165,7 +139,7 @@ async fn handle(st: Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
             resp
         }
     });
-    Ok(work.await.expect("route does not panic"))
+    work.await.expect("route does not panic")
 }
 
 async fn route(st: &State, path: &str, req: Request<Incoming>) -> Response<Body> {

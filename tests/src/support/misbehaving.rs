@@ -1,5 +1,6 @@
-//! Misbehaving peers for the protocol-edge tests (`tests/tests/edge_*.rs`), the well-behaved
-//! caller that must still be served next to them.
+//! Misbehaving peers for the protocol-edge tests (`proxy/tests/e2e/edge_*.rs`), the
+//! well-behaved caller that must still be served next to them. (`edge_sidecar`, the sidecar
+//! those tests configure, is in the e2e binary's `support::misbehaving`.)
 //!
 //! `WEIR_EDGE_DISARM=1` turns every guard the edge tests rely on (timeouts, stream and
 //! per-connection caps) into something huge: each guard test must then fail, which is how we
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use weir_proxy::{Sidecar, SidecarConfig};
+use weir_workload::backend::HttpServer;
 
 use super::client::Http1;
 
@@ -48,19 +49,6 @@ pub fn guard_count(n: usize) -> usize {
     } else {
         n
     }
-}
-
-/// A sidecar in front of `app`. Requests without a deadline get
-/// 10 s (not the default 500 ms), and a long wait under overload is not cut
-/// (`overload_max_wait: 0`), so a well-behaved caller stuck behind a misbehaving one shows
-/// up as "not answered in time" rather than as one of weir's own refusals: these tests are
-/// about the data plane's bounds, not about admission control.
-pub fn edge_sidecar(app: SocketAddr, tweak: impl FnOnce(&mut SidecarConfig)) -> Sidecar {
-    super::sidecar(app, |c| {
-        c.inbound.task_timeout = Duration::from_secs(10);
-        c.inbound.overload_max_wait = Duration::ZERO;
-        tweak(c);
-    })
 }
 
 /// The well-behaved caller's priority: the most important, so that admission control
@@ -300,60 +288,38 @@ pub struct BodyFirstApp {
     pub arrivals: Arc<AtomicU64>,
     /// Requests whose body the app could not read to its end.
     pub broken_bodies: Arc<AtomicU64>,
-    task: tokio::task::JoinHandle<()>,
+    _server: HttpServer,
 }
 
 impl BodyFirstApp {
     pub async fn start() -> BodyFirstApp {
         use http_body_util::BodyExt;
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let arrivals = Arc::new(AtomicU64::new(0));
         let broken_bodies = Arc::new(AtomicU64::new(0));
         let (a, b) = (arrivals.clone(), broken_bodies.clone());
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else { continue };
-                let (a, b) = (a.clone(), b.clone());
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req: http::Request<_>| {
-                        let (a, b) = (a.clone(), b.clone());
-                        async move {
-                            a.fetch_add(1, Relaxed);
-                            let bytes = req.uri().path().strip_prefix("/bytes/");
-                            let bytes = bytes.and_then(|n| n.parse::<usize>().ok());
-                            let body: hyper::body::Incoming = req.into_body();
-                            let text = match body.collect().await {
-                                Ok(c) => c.to_bytes().len().to_string(),
-                                Err(_) => {
-                                    b.fetch_add(1, Relaxed);
-                                    "broken".to_string()
-                                }
-                            };
-                            let answer = match bytes {
-                                Some(n) => Bytes::from(vec![b'x'; n]),
-                                None => Bytes::from(text),
-                            };
-                            Ok::<_, std::convert::Infallible>(http::Response::new(
-                                http_body_util::Full::new(answer),
-                            ))
-                        }
-                    });
-                    let _ = hyper_util::server::conn::auto::Builder::new(
-                        hyper_util::rt::TokioExecutor::new(),
-                    )
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                    .await;
-                });
+        let answer = move |req: http::Request<hyper::body::Incoming>| {
+            let (a, b) = (a.clone(), b.clone());
+            async move {
+                a.fetch_add(1, Relaxed);
+                let bytes = req.uri().path().strip_prefix("/bytes/");
+                let bytes = bytes.and_then(|n| n.parse::<usize>().ok());
+                let text = match req.into_body().collect().await {
+                    Ok(c) => c.to_bytes().len().to_string(),
+                    Err(_) => {
+                        b.fetch_add(1, Relaxed);
+                        "broken".to_string()
+                    }
+                };
+                let answer = match bytes {
+                    Some(n) => Bytes::from(vec![b'x'; n]),
+                    None => Bytes::from(text),
+                };
+                http::Response::new(http_body_util::Full::new(answer))
             }
-        });
-        BodyFirstApp { addr, arrivals, broken_bodies, task }
-    }
-}
-
-impl Drop for BodyFirstApp {
-    fn drop(&mut self) {
-        self.task.abort();
+        };
+        let server =
+            HttpServer::bind(([127, 0, 0, 1], 0).into(), answer).await.expect("bind 127.0.0.1:0");
+        BodyFirstApp { addr: server.addr(), arrivals, broken_bodies, _server: server }
     }
 }
 
