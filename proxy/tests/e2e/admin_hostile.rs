@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use control_api::StatusDoc;
 use support::backend::Backend;
 use support::client::{bytes_body, Http1};
+use weir_harness::procfs;
 
 /// The tests that load the CPU or measure it take turns: one test's table parses would
 /// otherwise show up in another's CPU figures (they share the process).
@@ -35,8 +36,53 @@ async fn status(admin: std::net::SocketAddr) -> StatusDoc {
     serde_json::from_slice(&resp.body).expect("StatusDoc")
 }
 
+/// How promptly things answer while hostile and huge table bodies are parsed. The default
+/// run's bounds are seconds (another test may share the two cores; what they catch is a
+/// stall: a parse on the admin runtime, or a frozen window timer, takes many seconds or
+/// closes no window); the soak run's are the figures for a debug build alone on the machine.
+struct Promptness {
+    /// One nested (hostile) body refused, one big valid table validated.
+    hostile_refused: Duration,
+    big_validated: Duration,
+    /// The slowest `/live` and the slowest proxied request during the flood.
+    live_max: Duration,
+    proxied_max: Duration,
+    /// Of the 15 windows of 200 ms that fit in 3 s, at least this many closed; the last one
+    /// took less than this.
+    windows_closed: u64,
+    last_window_ms: f64,
+}
+
+const PROMPT: Promptness = Promptness {
+    hostile_refused: Duration::from_secs(10),
+    big_validated: Duration::from_secs(30),
+    live_max: Duration::from_secs(2),
+    proxied_max: Duration::from_secs(2),
+    windows_closed: 3,
+    last_window_ms: 1000.0,
+};
+
+const PROMPT_SOAK: Promptness = Promptness {
+    hostile_refused: Duration::from_secs(2),
+    big_validated: Duration::from_secs(10),
+    live_max: Duration::from_millis(500),
+    proxied_max: Duration::from_millis(500),
+    windows_closed: 8,
+    last_window_ms: 450.0,
+};
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn hostile_table_bodies_stall_nothing() {
+    hostile_bodies_stall_nothing(PROMPT).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "soak"]
+async fn hostile_table_bodies_stall_nothing_soak() {
+    hostile_bodies_stall_nothing(PROMPT_SOAK).await;
+}
+
+async fn hostile_bodies_stall_nothing(bounds: Promptness) {
     let _turn = CPU_HEAVY.lock().await;
     let app = Backend::start().await;
     let weir = support::sidecar(app.addr, |c| {
@@ -58,7 +104,7 @@ async fn hostile_table_bodies_stall_nothing() {
         .unwrap();
     let hostile_took = started.elapsed();
     assert_eq!(r.status, 400, "{}", String::from_utf8_lossy(&r.body));
-    assert!(hostile_took < Duration::from_secs(2), "nested body refused in {hostile_took:?}");
+    assert!(hostile_took < bounds.hostile_refused, "nested body refused in {hostile_took:?}");
     let started = Instant::now();
     let r = Http1::new()
         .send(http::Method::POST, &validate, &yaml, bytes_body(big.clone()))
@@ -66,7 +112,7 @@ async fn hostile_table_bodies_stall_nothing() {
         .unwrap();
     let big_took = started.elapsed();
     assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
-    assert!(big_took < Duration::from_secs(10), "big table validated in {big_took:?}");
+    assert!(big_took < bounds.big_validated, "big table validated in {big_took:?}");
 
     // Now both, over and over from several clients, while probes and traffic are timed.
     let before = status(admin).await;
@@ -117,14 +163,14 @@ async fn hostile_table_bodies_stall_nothing() {
         after.window.as_ref().map(|w| w.duration_ms)
     );
     assert!(bodies >= 4, "the bodies were answered, not left hanging");
-    // Margins for a busy 2-core machine running a debug build; the target is 100 ms.
-    assert!(live_max < Duration::from_millis(500), "/live took {live_max:?}");
-    assert!(proxied_max < Duration::from_millis(500), "proxied request took {proxied_max:?}");
+    // The target is 100 ms (a debug build).
+    assert!(live_max < bounds.live_max, "/live took {live_max:?}");
+    assert!(proxied_max < bounds.proxied_max, "proxied request took {proxied_max:?}");
     // 15 windows fit in 3 s; a frozen timer would close none (no window closes by traffic
     // alone here: 2000-request windows at ~25 req/s).
-    assert!(closed >= 8, "only {closed} windows closed");
+    assert!(closed >= bounds.windows_closed, "only {closed} windows closed");
     let last = after.window.expect("a window closed").duration_ms;
-    assert!(last < 450.0, "the last 200 ms window took {last} ms");
+    assert!(last < bounds.last_window_ms, "the last 200 ms window took {last} ms");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -182,8 +228,24 @@ async fn put_table(admin: std::net::SocketAddr, token: &str, yaml: String) -> (u
 /// permit, over and over; meanwhile the operator's authenticated writes are all applied (a
 /// permit of their own), and proxied traffic is served. Before: one pool for both, and a
 /// validate flood made 31 of 32 writes 503.
+/// The slowest writes' p99 during the flood: the default run's bound catches writes that
+/// queue behind the flood's parses (each of 8 floods holds a permit for a parse of seconds
+/// in a debug build); the soak run's is the figure alone on the machine.
+const WRITE_P99: Duration = Duration::from_secs(10);
+const WRITE_P99_SOAK: Duration = Duration::from_secs(2);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_validate_flood_never_locks_out_authenticated_writes() {
+    validate_flood_never_locks_out_writes(WRITE_P99).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "soak"]
+async fn a_validate_flood_never_locks_out_authenticated_writes_soak() {
+    validate_flood_never_locks_out_writes(WRITE_P99_SOAK).await;
+}
+
+async fn validate_flood_never_locks_out_writes(write_p99: Duration) {
     let _turn = CPU_HEAVY.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let token_file = dir.path().join("token");
@@ -254,27 +316,9 @@ async fn a_validate_flood_never_locks_out_authenticated_writes() {
     );
     assert!(refused.is_empty(), "writes refused during the flood: {refused:?}");
     assert!(busy > 0, "the flood never filled the validation permits");
-    // The writes share two cores with the flood's parses (debug build): generous.
+    // The writes share two cores with the flood's parses (debug build).
     let p99 = quantile(&attacked, 0.99);
-    assert!(p99 < Duration::from_secs(2), "write p99 {p99:?} under the flood");
-}
-
-/// User + system CPU time of this process so far.
-fn process_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest = stat.rsplit_once(") ").map(|(_, r)| r).unwrap_or("");
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: u64 = [11, 12].iter().filter_map(|i| fields.get(*i)?.parse::<u64>().ok()).sum();
-    Duration::from_millis(ticks * 10)
-}
-
-fn rss_kib() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
+    assert!(p99 < write_p99, "write p99 {p99:?} under the flood");
 }
 
 /// Points `link` at `target` atomically, as the kubelet swaps a ConfigMap's `..data`.
@@ -314,8 +358,34 @@ async fn served_for(
 /// is read, memory does not move, each poll is counted as unreadable, and a good table
 /// put back afterwards is applied. Before: each poll read the whole file (200 MB: half a
 /// core; `/dev/zero`: 3.3 GB in 5 s), and a FIFO blocked the watcher for good.
+///
+/// weir runs as its own process here, so its CPU and memory are its own (`/proc/<pid>`),
+/// whatever the other tests of this binary do meanwhile. The callers' latency beside the
+/// unattacked one is the soak run's (`_soak`): the default run prints it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hostile_table_file_costs_a_stat_per_poll() {
+    hostile_table_file(Latency::Printed).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak"]
+async fn a_hostile_table_file_costs_a_stat_per_poll_soak() {
+    hostile_table_file(Latency::Asserted).await;
+}
+
+/// Whether the callers' p99 during the attacks is held to the unattacked one's + 100 ms.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Latency {
+    Printed,
+    Asserted,
+}
+
+/// `/v1/status`'s table version.
+async fn table_version(admin: std::net::SocketAddr) -> u64 {
+    status(admin).await.table_version
+}
+
+async fn hostile_table_file(latency: Latency) {
     let _turn = CPU_HEAVY.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let good = dir.path().join("good.yaml");
@@ -327,9 +397,22 @@ async fn a_hostile_table_file_costs_a_stat_per_poll() {
     let fifo = dir.path().join("fifo");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let app = Backend::start().await;
-    let weir = support::sidecar(app.addr, |c| c.admin.table_file = Some(link.clone()));
-    let (inbound, admin) = (weir.inbound_addr(), weir.admin_addr());
-    let version = weir.shared().table.version();
+    let config = dir.path().join("weir.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "inbound:\n  listen: 127.0.0.1:0\n  app: {}\n  threads: 1\n\
+             admin:\n  listen: 127.0.0.1:0\n  table_file: {}\n",
+            app.addr,
+            link.display()
+        ),
+    )
+    .unwrap();
+    let weir = support::weir_run(&["--config", config.to_str().unwrap()]).await;
+    let (inbound, admin, pid) = (weir.listeners.inbound, weir.listeners.admin, weir.pid());
+    let version = table_version(admin).await;
+    let cpu = || procfs::cpu_time(pid).expect("weir's CPU time");
+    let rss_kib = || procfs::rss_bytes(pid).expect("weir's RSS") / 1024;
 
     let (base_proxied, base_live) = served_for(inbound, admin, Duration::from_secs(2)).await;
     let mut report = format!(
@@ -342,24 +425,24 @@ async fn a_hostile_table_file_costs_a_stat_per_poll() {
         [("200 MB file", &huge), ("FIFO", &fifo), ("/dev/zero", &"/dev/zero".into())]
     {
         repoint(&link, target);
-        let (cpu0, rss0) = (process_cpu(), rss_kib());
+        let (cpu0, rss0) = (cpu(), rss_kib());
         let started = Instant::now();
         let (proxied, live) = served_for(inbound, admin, Duration::from_secs(2)).await;
-        let (cpu, wall) = (process_cpu() - cpu0, started.elapsed());
+        let (cpu, wall) = (cpu() - cpu0, started.elapsed());
         let rss = rss_kib().saturating_sub(rss0);
         report += &format!(
-            "; {name}: proxied p99 {:.2} ms, /live p99 {:.2} ms, process CPU {:.0}% of a core, \
+            "; {name}: proxied p99 {:.2} ms, /live p99 {:.2} ms, weir CPU {:.0}% of a core, \
              RSS +{rss} KiB",
             ms(quantile(&proxied, 0.99)),
             ms(quantile(&live, 0.99)),
             cpu.as_secs_f64() / wall.as_secs_f64() * 100.0
         );
         worst_p99 = worst_p99.max(quantile(&proxied, 0.99)).max(quantile(&live, 0.99));
-        // The callers themselves cost a few percent (debug build); reading 200 MB twice a
-        // second cost half a core.
+        // Serving the callers costs weir a few percent (debug build); reading 200 MB twice a
+        // second cost half a core. CPU time, not wall time: the machine's load hardly moves it.
         assert!(cpu < wall / 4, "{name}: {cpu:?} of CPU in {wall:?}");
         assert!(rss < 64 * 1024, "{name}: RSS grew {rss} KiB");
-        assert_eq!(weir.shared().table.version(), version, "{name} changed the table");
+        assert_eq!(table_version(admin).await, version, "{name} changed the table");
     }
     let text = support::metrics_text(admin).await;
     let unreadable = support::sample(&text, "weir_priority_table_file_unreadable_total");
@@ -370,15 +453,20 @@ async fn a_hostile_table_file_costs_a_stat_per_poll() {
     let better = dir.path().join("better.yaml");
     std::fs::write(&better, small_table(2)).unwrap();
     repoint(&link, &better);
-    let applied =
-        support::eventually(Duration::from_secs(5), || weir.shared().table.version() > version)
-            .await;
+    let mut applied = false;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !applied && Instant::now() < deadline {
+        applied = table_version(admin).await > version;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     eprintln!(
         "{report}; {unreadable} unreadable polls; load {}",
         std::fs::read_to_string("/proc/loadavg").unwrap_or_default().trim()
     );
     assert!(applied, "a good table file was not applied after the hostile ones");
-    // Margin for a busy 2-core machine; the target is the unattacked p99 + 10 ms.
-    let base = quantile(&base_proxied, 0.99).max(quantile(&base_live, 0.99));
-    assert!(worst_p99 < base + Duration::from_millis(100), "p99 {worst_p99:?} vs {base:?}");
+    if latency == Latency::Asserted {
+        // The target is the unattacked p99 + 10 ms.
+        let base = quantile(&base_proxied, 0.99).max(quantile(&base_live, 0.99));
+        assert!(worst_p99 < base + Duration::from_millis(100), "p99 {worst_p99:?} vs {base:?}");
+    }
 }

@@ -152,6 +152,8 @@ async fn through_a_weir_egress_it_waits_out_refusals_and_gets_through_after_reco
     let a = through.answer.as_ref().expect("answered");
     assert_eq!(a.headers["grpc-status"], "0", "{through:?}");
     assert!(through.attempts >= 2, "the first attempt met the cached refusal");
-    assert!(t.elapsed() < expiry + Duration::from_secs(1), "took {:?}", t.elapsed());
+    // Through soon after the expiry (400 ms): within seconds, where a cache that never
+    // expired would exhaust the client's 20 attempts and answer grpc-status 8.
+    assert!(t.elapsed() < expiry + Duration::from_secs(3), "took {:?}", t.elapsed());
     weir.stop();
 }

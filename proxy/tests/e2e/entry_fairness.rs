@@ -4,8 +4,8 @@
 //! changes at every re-key.
 //!
 //! The first test reads the levels the entry stamps (exact properties of the schedule,
-//! through the real header path); the second overloads a real app 3x and checks the refusals
-//! users actually get, with margins wide enough for a busy 2-core machine.
+//! through the real header path); the second (soak group) overloads a real app 3x and checks
+//! the refusals users actually get.
 
 use crate::support;
 
@@ -151,7 +151,12 @@ async fn each_user_visits_every_slot_once_per_cycle_and_the_refused_set_moves() 
     }
 }
 
+/// Soak: a 14 s load whose bounds (a spread under 10 points where independent keys would give
+/// ~14) are figures a busy machine can move. The schedule's own properties, exact, are the
+/// default run's (`each_user_visits_every_slot_once_per_cycle_and_the_refused_set_moves`,
+/// through the same header path).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "soak"]
 async fn under_3x_overload_users_are_refused_evenly_and_in_turn() {
     // An app of 2 workers x 20 ms (100/s) behind the entry, 300/s offered by 60 users taking
     // turns, re-keyed every second in cycles of 12; one whole cycle is measured after a
