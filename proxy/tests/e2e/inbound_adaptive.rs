@@ -1,15 +1,18 @@
 //! The control loop v2 through the real sidecar: a queued request is refused when its
 //! budget runs out (not when it reaches the head), a request that would wait longer than
 //! its budget is refused at the door, a stalled app reads as overloaded, and the adaptive
-//! in-flight limit (the default) is in force.
+//! in-flight limit is the default and moves (a sidecar with the shipped configuration).
 
 use crate::support;
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use support::backend::Backend;
 use support::client::Http1;
 use support::eventually;
+use weir_harness::backend::{BackendConfig, CapacityBackend};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -139,32 +142,51 @@ async fn refused_at_the_door(door: Door) {
     }
 }
 
-/// By default the limit adapts: an app that answers at once at low concurrency keeps a
-/// limit at most the ceiling and at least one, and everything is served.
+/// The adaptive limit is the shipped default: a sidecar started from the embedded default
+/// configuration (nothing about the limit changed: `max_inflight` 256 is its ceiling) serves
+/// everything an app below its capacity gets, and, once the app queues work inside itself (32
+/// callers, 2 workers), holds the limit below the ceiling so the queue forms in weir, where
+/// its signal sees it. A fixed limit, the default were it off, stays at the ceiling: the
+/// second half fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_adaptive_limit_is_on_by_default_and_serves_everything_below_capacity() {
-    let app = Backend::start().await;
-    app.set_service_time(Duration::from_millis(5));
-    let weir = support::sidecar(app.addr, |c| {
-        c.inbound.adaptive_inflight = true;
-        c.inbound.max_inflight = 64;
-    });
+    // 2 workers x 20 ms: 100 requests/s, a FIFO inside the app beyond two at once.
+    let app =
+        CapacityBackend::start(BackendConfig::new(2, Duration::from_millis(20))).await.unwrap();
+    let weir = support::sidecar_with_defaults(app.addr(), |_| {});
+    let shipped = weir_proxy::SidecarConfig::load(None).expect("embedded default");
+    let ceiling = shipped.inbound.max_inflight as u64;
     let base = format!("http://{}", weir.inbound_addr());
     let client = Http1::new();
+    // One caller at a time: at most half the app's capacity, nothing queues anywhere.
     let started = Instant::now();
-    while started.elapsed() < Duration::from_millis(1500) {
-        let batch: Vec<_> = (0..4)
-            .map(|i| {
-                let (c, url) = (client.clone(), format!("{base}/slow?b={i}"));
-                tokio::spawn(async move { c.get(&url, &[]).await })
+    let mut served = 0;
+    while started.elapsed() < Duration::from_millis(1000) {
+        let resp = client.get(&format!("{base}/below?n={served}"), &[]).await;
+        assert_eq!(resp.status, 200, "below capacity everything is served: {resp:?}");
+        served += 1;
+    }
+    // 32 callers in closed loops: 30 of them wait inside the app unless weir's limit holds
+    // them back. Refusals and spent budgets are expected here; only the limit is watched.
+    let stop = Arc::new(AtomicBool::new(false));
+    let callers: Vec<_> = (0..32)
+        .map(|i| {
+            let (c, stop, url) = (client.clone(), stop.clone(), format!("{base}/busy?c={i}"));
+            tokio::spawn(async move {
+                while !stop.load(Relaxed) {
+                    let _ = c.send(http::Method::GET, &url, &[], support::client::empty()).await;
+                }
             })
-            .collect();
-        for b in batch {
-            assert_eq!(b.await.unwrap().status, 200);
-        }
+        })
+        .collect();
+    let cut = eventually(Duration::from_secs(20), || weir.status().max_inflight < ceiling).await;
+    stop.store(true, Relaxed);
+    for c in callers {
+        c.await.unwrap();
     }
     let limit = weir.status().max_inflight;
-    assert!((1..=64).contains(&limit), "limit {limit}");
+    eprintln!("{served} served one at a time; with 32 callers the limit went to {limit}");
+    assert!(cut, "the limit stayed at the ceiling {ceiling} while the app queued 30 requests");
     let text = support::metrics_text(weir.admin_addr()).await;
     assert!(support::sample(&text, "weir_inflight_limit") >= 1.0, "metric exported");
 }
