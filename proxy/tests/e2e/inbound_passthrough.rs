@@ -137,9 +137,11 @@ async fn h2_trailers_pass_through() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn weirs_own_errors_carry_the_level_too() {
-    // Nothing listens at the app address: weir answers 502 itself.
-    let unused = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let weir = support::sidecar(unused, |_| {});
+    // Nothing listens at the app address: weir answers 502 itself. The port stays bound (and
+    // not listening) for the whole test, so no other test of this process can take it.
+    let unused = tokio::net::TcpSocket::new_v4().unwrap();
+    unused.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+    let weir = support::sidecar(unused.local_addr().unwrap(), |_| {});
     let url = format!("http://{}/", weir.inbound_addr());
     let resp = Http1::new().get(&url, &[]).await;
     assert_eq!(resp.status, 502);
