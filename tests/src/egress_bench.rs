@@ -723,33 +723,15 @@ impl Sampler {
                 let (Some(a), Some(b)) = (a, b) else { continue };
                 let sample = Sample {
                     at_secs,
-                    a_inbound_refused: a.sum(
-                        "weir_requests_total",
-                        &[("role", "inbound"), ("outcome", "shed_overload")],
-                    ) + a.sum(
-                        "weir_requests_total",
-                        &[("role", "inbound"), ("outcome", "shed_deadline")],
-                    ),
-                    a_egress_refused: a.sum(
-                        "weir_requests_total",
-                        &[("role", "egress"), ("outcome", "shed_downstream")],
-                    ),
-                    a_egress_sent: a
-                        .sum("weir_requests_total", &[("role", "egress"), ("outcome", "admitted")]),
+                    a_inbound_refused: a.sum("weir_requests_total", "inbound", "shed_overload")
+                        + a.sum("weir_requests_total", "inbound", "shed_deadline"),
+                    a_egress_refused: a.sum("weir_requests_total", "egress", "shed_downstream"),
+                    a_egress_sent: a.sum("weir_requests_total", "egress", "admitted"),
                     a_cached_level: a.first("weir_downstream_level"),
                     a_level: a.first("weir_admission_level"),
-                    b_admitted: b.sum(
-                        "weir_requests_total",
-                        &[("role", "inbound"), ("outcome", "admitted")],
-                    ),
-                    b_overload: b.sum(
-                        "weir_requests_total",
-                        &[("role", "inbound"), ("outcome", "shed_overload")],
-                    ),
-                    b_deadline: b.sum(
-                        "weir_requests_total",
-                        &[("role", "inbound"), ("outcome", "shed_deadline")],
-                    ),
+                    b_admitted: b.sum("weir_requests_total", "inbound", "admitted"),
+                    b_overload: b.sum("weir_requests_total", "inbound", "shed_overload"),
+                    b_deadline: b.sum("weir_requests_total", "inbound", "shed_deadline"),
                     b_level: b.first("weir_admission_level"),
                     app_requests: app.stats.requests.load(Relaxed) as f64,
                     app_wasted: app.stats.wasted.load(Relaxed) as f64,

@@ -45,8 +45,14 @@ impl Metrics {
 
     /// The sum of every series called `name` whose labels include all of `labels` (the other
     /// labels summed over).
-    pub fn sum(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+    pub fn sum_where(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         self.matching(name, labels).map(|s| s.value).sum()
+    }
+
+    /// `name{role, outcome}` summed over the other labels (the business class): the usual
+    /// reading of `weir_requests_total`.
+    pub fn sum(&self, name: &str, role: &str, outcome: &str) -> f64 {
+        self.sum_where(name, &[("role", role), ("outcome", outcome)])
     }
 
     /// The series called `name` whose labels include all of `labels`.
@@ -129,10 +135,10 @@ mod tests {
     fn series_are_read_by_name_and_labels() {
         let m = Metrics::parse(TEXT);
         assert_eq!(m.series().len(), 6);
-        let shed = [("role", "egress"), ("outcome", "shed_downstream")];
-        assert_eq!(m.sum("weir_requests_total", &shed), 12.0);
-        assert_eq!(m.sum("weir_requests_total", &[("role", "inbound")]), 3.0);
-        assert_eq!(m.sum("weir_requests_total", &[("outcome", "admitted")]), 0.0);
+        assert_eq!(m.sum("weir_requests_total", "egress", "shed_downstream"), 12.0);
+        assert_eq!(m.sum("weir_requests_total", "inbound", "admitted"), 0.0);
+        assert_eq!(m.sum_where("weir_requests_total", &[("role", "inbound")]), 3.0);
+        assert_eq!(m.sum_where("weir_requests_total", &[("business", "2")]), 10.0);
         assert_eq!(m.first("weir_downstream_level"), Some(200.0));
         assert_eq!(m.first("weir_nothing"), None);
     }
