@@ -141,7 +141,7 @@ impl LoadCase {
     /// The idle-then-burst case for an app of `workers`: bursts of about a third of its
     /// workers (at least 2, at most 20), the issue's 20 for 64 workers.
     pub fn idle_burst_for(workers: usize) -> LoadCase {
-        let burst = ((workers as f64 * 0.3).round() as usize).clamp(2, 20);
+        let burst = ((workers as f64 * 0.3).ceil() as usize).clamp(2, 20);
         LoadCase::IdleBurst { warmup: 10, burst, bursts: 3, idle_ms: 1000 }
     }
 }
@@ -302,8 +302,10 @@ pub fn p99_bound_ms(direct_p99_ms: f64) -> f64 {
     (direct_p99_ms + 5.0).max(direct_p99_ms * 1.1)
 }
 
-/// Judges weir's (median) run against direct's.
-pub fn verdict(direct: &RunStats, weir: &RunStats) -> Verdict {
+/// Judges weir's (median) run against direct's. `rate_matters`: false for idle-then-burst,
+/// whose "throughput" (burst requests over the bursts' makespans) is reported but not
+/// judged: a few requests of ~10 ms make it a latency figure, which the p99 bound judges.
+pub fn verdict(direct: &RunStats, weir: &RunStats, rate_matters: bool) -> Verdict {
     let ratio = |a: f64, b: f64| {
         if b > 0.0 {
             a / b
@@ -318,7 +320,7 @@ pub fn verdict(direct: &RunStats, weir: &RunStats) -> Verdict {
     let bound = p99_bound_ms(direct.p99_ms);
     let zero_refusals = weir.refused == 0;
     // Two decimals, as reported: 0.98 is 0.98.
-    let throughput_ok = (throughput_ratio * 100.0).round() / 100.0 >= 0.98;
+    let throughput_ok = !rate_matters || (throughput_ratio * 100.0).round() / 100.0 >= 0.98;
     let p99_ok = weir.p99_ms <= bound;
     Verdict {
         refusals: weir.refused,
@@ -487,7 +489,8 @@ pub async fn run(
             };
             let direct = combine(&of("direct"));
             let weir = combine(&of("weir"));
-            let verdict = verdict(&direct, &weir);
+            let rate_matters = !matches!(load, LoadCase::IdleBurst { .. });
+            let verdict = verdict(&direct, &weir, rate_matters);
             let offered_rps = match load {
                 LoadCase::Steady { multiple } => multiple * app.capacity_rps,
                 LoadCase::OnOff { multiple, on_ms, off_ms } => {
@@ -725,8 +728,9 @@ pub fn markdown(r: &NoHarmResult) -> String {
         s,
         "weir: the shipped defaults{} (binary `{}`). Loads: open loop, Poisson, seed {}, classes {:.0}/{:.0}/{:.0}% \
          critical/normal/background, {:?} callers; each run {} s, the first {} s not counted; {} interleaved round(s) \
-         per case (medians; counts summed). Targets: 0 refusals, throughput >= 0.98x direct, \
-         p99 <= max(direct + 5 ms, 1.1x direct).\n",
+         per case (medians; counts summed). Targets: 0 refusals, throughput >= 0.98x direct (not judged for \
+         idle-then-burst, where it is burst requests over the bursts' makespans), p99 <= max(direct + 5 ms, 1.1x direct). \
+         Limit: weir's `/v1/status` `max_inflight` every 100 ms (min / median / max over the run).\n",
         if c.weir_extra.is_empty() { String::new() } else { format!(" plus `{}`", c.weir_extra.trim().replace('\n', "; ")) },
         c.weir_bin.display(),
         c.seed,

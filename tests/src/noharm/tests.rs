@@ -32,23 +32,25 @@ fn the_p99_bound_is_five_ms_or_ten_percent_whichever_is_larger() {
 fn the_verdict_needs_every_target() {
     let direct = run("direct", 1000, 1000, 0, 100.0, 10.0, 40.0);
     let good = run("weir", 1000, 1000, 0, 99.0, 10.2, 44.0);
-    let v = verdict(&direct, &good);
+    let v = verdict(&direct, &good, true);
     assert!(v.pass, "{v:?}");
     assert_eq!(v.unserved_over_direct, 0);
 
     let refused = run("weir", 1000, 999, 1, 99.9, 10.0, 40.0);
-    let v = verdict(&direct, &refused);
+    let v = verdict(&direct, &refused, true);
     assert!(!v.zero_refusals && !v.pass);
     assert_eq!(v.unserved_over_direct, 1);
 
     let slow = run("weir", 1000, 1000, 0, 100.0, 10.0, 46.0);
-    assert!(!verdict(&direct, &slow).p99_ok);
+    assert!(!verdict(&direct, &slow, true).p99_ok);
 
     let fewer = run("weir", 1000, 1000, 0, 97.0, 10.0, 40.0);
-    assert!(!verdict(&direct, &fewer).throughput_ok);
+    assert!(!verdict(&direct, &fewer, true).throughput_ok);
     // 0.98 as reported is 0.98.
     let edge = run("weir", 1000, 1000, 0, 97.96, 10.0, 40.0);
-    assert!(verdict(&direct, &edge).throughput_ok);
+    assert!(verdict(&direct, &edge, true).throughput_ok);
+    // Idle-then-burst: the rate is not judged.
+    assert!(verdict(&direct, &fewer, false).pass);
 }
 
 #[test]
@@ -70,7 +72,7 @@ fn labels_and_bursts() {
     assert_eq!(app_label(64, Duration::from_secs(1)), "64x1s");
     assert_eq!(
         LoadCase::idle_burst_for(64),
-        LoadCase::IdleBurst { warmup: 10, burst: 19, bursts: 3, idle_ms: 1000 }
+        LoadCase::IdleBurst { warmup: 10, burst: 20, bursts: 3, idle_ms: 1000 }
     );
     assert!(matches!(LoadCase::idle_burst_for(1), LoadCase::IdleBurst { burst: 2, .. }));
     assert_eq!(fmt_level(LEVEL_OPEN), "255.127");
@@ -130,7 +132,7 @@ fn the_report_renders_every_part() {
         load: LoadCase::Steady { multiple: 0.5 },
         offered_rps: 400.0,
         budget: Duration::from_millis(500),
-        verdict: verdict(&direct, &weir),
+        verdict: verdict(&direct, &weir, true),
         rounds: vec![direct.clone(), weir.clone()],
         direct,
         weir,
