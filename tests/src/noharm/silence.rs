@@ -170,7 +170,8 @@ pub fn markdown(r: &SilenceResult) -> String {
         "#### After an overload, {} s of silence\n\n\
          App {}x{} ms ({:.0} rps); {}x its capacity for {} s, then {} s without a request, then one request of \
          each class (user 127, the least important of the class). Open: the first `/v1/status` (every 50 ms) \
-         reading level {} and not overloaded, after the overload's last answer.\n",
+         reading level {} and not overloaded, after the overload's last answer. (Direct: the app still \
+         works through the backlog its callers abandoned, as a thread pool does.)\n",
         c.silence.as_secs_f64(),
         c.workers,
         c.service_time.as_secs_f64() * 1000.0,
