@@ -63,9 +63,15 @@ pub struct AppCase {
     pub workers: usize,
     #[serde(serialize_with = "crate::report::ser_millis")]
     pub service_time: Duration,
-    /// What the load multiples are of: the model's capacity, or (nginx) a rate the load
-    /// generator can offer on this machine (nginx itself serves far more).
+    /// What the load multiples are of: the model's capacity as measured before its cases
+    /// (the lower of nominal and measured: a sleeping worker of 1 ms takes longer on a busy
+    /// machine), or (nginx) a rate the load generator can offer on this machine (nginx
+    /// itself serves far more).
     pub capacity_rps: f64,
+    /// The model's `workers / service_time`.
+    pub nominal_rps: f64,
+    /// Completions per second with every worker busy, measured directly before the cases.
+    pub measured_rps: Option<f64>,
     pub loads: Vec<LoadCase>,
 }
 
@@ -79,6 +85,8 @@ impl AppCase {
             workers,
             service_time,
             capacity_rps: config.nominal_capacity(),
+            nominal_rps: config.nominal_capacity(),
+            measured_rps: None,
             loads,
         }
     }
@@ -91,6 +99,8 @@ impl AppCase {
             workers: 1,
             service_time: Duration::from_micros(50),
             capacity_rps: rate_rps,
+            nominal_rps: rate_rps,
+            measured_rps: None,
             loads,
         }
     }
@@ -440,7 +450,20 @@ pub async fn run(
     mut progress: impl FnMut(String),
 ) -> anyhow::Result<NoHarmResult> {
     let mut cases = Vec::new();
-    for app in &config.apps {
+    let mut apps = config.apps.clone();
+    for app in &mut apps {
+        if app.nginx {
+            continue;
+        }
+        let measured = measure_capacity(app.workers, app.service_time).await?;
+        app.measured_rps = Some(measured);
+        app.capacity_rps = app.nominal_rps.min(measured);
+        progress(format!(
+            "{:<9} capacity: nominal {:.0} rps, measured {:.0} rps; loads are multiples of {:.0}",
+            app.label, app.nominal_rps, measured, app.capacity_rps
+        ));
+    }
+    for app in &apps {
         let nginx = if app.nginx { Some(NginxApp::start(Listener::Http1, None)?) } else { None };
         for &load in &app.loads {
             let mut rounds = Vec::new();
@@ -518,7 +541,31 @@ pub async fn run(
         Some(s) => Some(silence::run(s, &config.weir_bin, config.mix, &mut progress).await?),
         None => None,
     };
+    let config = NoHarmConfig { apps, ..config };
     Ok(NoHarmResult { config, cases, middle_hop, silence })
+}
+
+/// Completions per second of a fresh capacity-model app with every worker busy: 1.2x its
+/// nominal capacity offered directly for 4 s, completions counted over the last 3 (as the
+/// overload benchmark measures its apps).
+pub async fn measure_capacity(workers: usize, service_time: Duration) -> anyhow::Result<f64> {
+    let backend = CapacityBackend::start(BackendConfig::new(workers, service_time)).await?;
+    let nominal = backend.config().nominal_capacity();
+    let phases = vec![Phase { rate_per_sec: nominal * 1.2, duration: Duration::from_secs(4) }];
+    let mut spec = LoadSpec::new(backend.addr(), phases);
+    // Nobody gives up during the measurement.
+    spec.deadline = Duration::from_secs(10).max(service_time * 20);
+    let run = load::LoadRun::start(spec)?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let first = backend.snapshot().completed;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let second = backend.snapshot().completed;
+    // The backlog is dropped rather than waited for.
+    backend.reset();
+    run.finish().await?;
+    let measured = (second - first) as f64 / 3.0;
+    anyhow::ensure!(measured > 0.0, "the app completed nothing while saturated");
+    Ok(measured)
 }
 
 async fn run_one(
@@ -743,6 +790,20 @@ pub fn markdown(r: &NoHarmResult) -> String {
         c.rounds,
     );
     let passed = r.cases.iter().filter(|k| k.verdict.pass).count();
+    let models: Vec<String> = c
+        .apps
+        .iter()
+        .filter_map(|a| {
+            a.measured_rps.map(|m| format!("{} {:.0} of nominal {:.0}", a.label, m, a.nominal_rps))
+        })
+        .collect();
+    if !models.is_empty() {
+        let _ = writeln!(
+            s,
+            "Capacity-model apps measured (rps, every worker busy; loads are multiples of the lower): {}.\n",
+            models.join("; ")
+        );
+    }
     let _ = writeln!(s, "**{passed} of {} cases meet every target.**\n", r.cases.len());
     let _ = writeln!(
         s,
