@@ -8,7 +8,8 @@
 //! ```
 //!
 //! X is offered at 3x B's capacity, Y at 0.5x A's. The ideal goodput is all of Y plus B's
-//! capacity of X. Without a limit in front of A, A's workers wait on the overloaded B and
+//! capacity of X. App A forwards the inbound request's `x-request-id` / `traceparent` /
+//! `x-b3-traceid` on its call to B, as traced apps do (one variant forwards nothing). Without a limit in front of A, A's workers wait on the overloaded B and
 //! A's own queue grows where no sidecar sees it: both APIs time out. Variants: weir's
 //! shipped defaults with the egress role on (the case under test), a hand-set
 //! `max_inflight` (fixed, `adaptive_inflight: false`) with the egress role on, both with
@@ -105,6 +106,8 @@ impl MiddleHopConfig {
 pub enum Variant {
     /// weir's shipped defaults at A (egress role on) and B.
     DefaultsEgressOn,
+    /// As [`Variant::DefaultsEgressOn`], app A forwarding no request id or trace context.
+    DefaultsEgressOnNoIds,
     /// A: `max_inflight` = hand-set, fixed; egress role on.
     HandSetEgressOn,
     /// weir's shipped defaults at A (egress role off: A calls weir B directly) and B.
@@ -115,8 +118,9 @@ pub enum Variant {
 }
 
 impl Variant {
-    pub const ALL: [Variant; 5] = [
+    pub const ALL: [Variant; 6] = [
         Variant::DefaultsEgressOn,
+        Variant::DefaultsEgressOnNoIds,
         Variant::HandSetEgressOn,
         Variant::DefaultsEgressOff,
         Variant::HandSetEgressOff,
@@ -126,6 +130,9 @@ impl Variant {
     pub fn label(self, hand_set: usize) -> String {
         match self {
             Variant::DefaultsEgressOn => "weir defaults, egress on".into(),
+            Variant::DefaultsEgressOnNoIds => {
+                "weir defaults, egress on, app forwards no request id".into()
+            }
             Variant::HandSetEgressOn => format!("weir max_inflight {hand_set} (fixed), egress on"),
             Variant::DefaultsEgressOff => "weir defaults, egress off".into(),
             Variant::HandSetEgressOff => {
@@ -136,7 +143,10 @@ impl Variant {
     }
 
     fn egress(self) -> bool {
-        matches!(self, Variant::DefaultsEgressOn | Variant::HandSetEgressOn)
+        matches!(
+            self,
+            Variant::DefaultsEgressOn | Variant::DefaultsEgressOnNoIds | Variant::HandSetEgressOn
+        )
     }
 
     fn hand_set(self) -> bool {
@@ -251,7 +261,8 @@ async fn run_variant(
     } else {
         Downstream::Direct(b_target)
     };
-    let app_a = Arc::new(AppA::new(config.a_workers, config.a_work, call));
+    let forward_ids = variant != Variant::DefaultsEgressOnNoIds;
+    let app_a = Arc::new(AppA::new(config.a_workers, config.a_work, call, forward_ids));
     let app_a_addr = app_a.clone().serve().await?;
 
     let weir_a = if sidecars {
@@ -355,17 +366,22 @@ struct AppA {
     workers: Semaphore,
     work: Duration,
     downstream: Downstream,
+    /// Pass the inbound request's correlation headers on to B.
+    forward_ids: bool,
     client: Client<HttpConnector, Empty<Bytes>>,
 }
 
+/// What a traced app forwards on its outbound calls.
+const CORRELATION: [&str; 3] = ["x-request-id", "traceparent", "x-b3-traceid"];
+
 impl AppA {
-    fn new(workers: usize, work: Duration, downstream: Downstream) -> Self {
+    fn new(workers: usize, work: Duration, downstream: Downstream, forward_ids: bool) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(usize::MAX)
             .build(connector);
-        AppA { workers: Semaphore::new(workers), work, downstream, client }
+        AppA { workers: Semaphore::new(workers), work, downstream, forward_ids, client }
     }
 
     async fn serve(self: Arc<Self>) -> anyhow::Result<SocketAddr> {
@@ -401,6 +417,14 @@ impl AppA {
         let business = header("x-business-priority").unwrap_or("255").to_string();
         let user = header("x-user-priority").unwrap_or("127").to_string();
         let harness_deadline = header(crate::DEADLINE_HEADER).map(str::to_string);
+        let ids: Vec<(&str, http::HeaderValue)> = if self.forward_ids {
+            CORRELATION
+                .iter()
+                .filter_map(|name| req.headers().get(*name).map(|v| (*name, v.clone())))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let calls_b = req.uri().path() == "/x";
         // A worker, as long as it takes (the app's own queue; a thread pool does not shed).
         let Ok(_worker) = self.workers.acquire().await else { return answer(503, None) };
@@ -425,6 +449,9 @@ impl AppA {
             .header("x-request-timeout-ms", remaining.as_millis().max(1) as u64);
         if let Some(d) = harness_deadline {
             builder = builder.header(crate::DEADLINE_HEADER, d);
+        }
+        for (name, value) in ids {
+            builder = builder.header(name, value);
         }
         let Ok(request) = builder.body(Empty::new()) else { return answer(502, None) };
         let exchange = async {
