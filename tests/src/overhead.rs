@@ -179,6 +179,9 @@ pub async fn serve_zero_work(listener: tokio::net::TcpListener) -> std::io::Resu
 pub struct ClientResult {
     pub requests: u64,
     pub errors: u64,
+    /// Of the errors, answers `503` (a proxy's refusals; h2load only: wrk does not say).
+    #[serde(default)]
+    pub refused: u64,
     pub seconds: f64,
     pub rps: f64,
     pub p50_ms: f64,
@@ -353,6 +356,10 @@ pub fn parse_h2load(output: &str, log: &str) -> Option<ClientResult> {
             200..=299 => {
                 let _ = latency.record(us.max(1));
             }
+            503 => {
+                result.errors += 1;
+                result.refused += 1;
+            }
             s if s >= 100 => result.errors += 1,
             _ => {}
         }
@@ -430,6 +437,8 @@ pub struct Summary {
     pub rps_spread: f64,
     pub cpu_spread: Option<f64>,
     pub errors: u64,
+    /// Of the errors, 503s (h2load).
+    pub refused: u64,
     /// The median over rounds of this round's requests/s (CPU per request) over nginx's in
     /// the same round: a ratio the machine's drift between rounds does not move.
     pub rps_vs_nginx_per_round: Option<f64>,
@@ -507,6 +516,7 @@ pub fn summarise(all: &[Measurement]) -> Vec<Summary> {
                 rps_spread: spread(&rps).unwrap_or(0.0),
                 cpu_spread: spread(&cpu),
                 errors: runs.iter().map(|m| m.result.errors).sum(),
+                refused: runs.iter().map(|m| m.result.refused).sum(),
                 rps_vs_nginx_per_round: per_round(&|m| Some(m.result.rps)),
                 cpu_vs_nginx_per_round: per_round(&|m| m.cpu_us_per_request),
                 weir_min_limit: runs
@@ -546,7 +556,11 @@ pub fn markdown(summaries: &[Summary]) -> String {
             .find(|o| o.app == m.app && o.workload == m.workload && o.contender == "nginx");
         let direct = m.contender == "direct";
         let vs = |a: Option<f64>, b: Option<f64>| if direct { "-".into() } else { ratio(a, b) };
-        let errors = if m.errors > 0 { format!(" ({} errors)", m.errors) } else { String::new() };
+        let errors = match (m.errors, m.refused) {
+            (0, _) => String::new(),
+            (e, 0) => format!(" ({e} errors)"),
+            (e, r) => format!(" ({e} errors, {r} of them 503)"),
+        };
         let per_round = match (direct, m.rps_vs_nginx_per_round) {
             (false, Some(r)) => format!("{r:.2} / {}", opt(m.cpu_vs_nginx_per_round, 2)),
             _ => "-".into(),

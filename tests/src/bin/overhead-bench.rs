@@ -241,7 +241,7 @@ fn main() -> anyhow::Result<()> {
                         m.idle_rss_mb.map_or("-".into(), |r| format!("{r:.1}")),
                         m.loaded_rss_mb.map_or("-".into(), |r| format!("{r:.1}")),
                         if m.result.errors > 0 {
-                            format!("  ERRORS {}", m.result.errors)
+                            format!("  ERRORS {} (503: {})", m.result.errors, m.result.refused)
                         } else {
                             String::new()
                         },
