@@ -238,10 +238,11 @@ impl Upstream {
         headers: &HeaderMap,
         deadline: Instant,
     ) -> Choice {
-        let grpc = is_native_grpc(headers);
         if configured != AppProtocol::Auto || caller < Version::HTTP_2 {
-            return decide(configured, caller, grpc, Speaks::Unknown);
+            // Nothing to learn: the caller's version or the configuration decides.
+            return decide(configured, caller, false, Speaks::Unknown);
         }
+        let grpc = is_native_grpc(headers);
         let memory = &self.inner;
         let speaks = match memory.speaks() {
             Speaks::Unknown => memory.learn(deadline).await,

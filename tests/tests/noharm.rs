@@ -4,7 +4,8 @@
 //!
 //! - `app_protocol: auto` finds out what the app speaks: HTTP/2 callers of an HTTP/1.1-only
 //!   app (nginx) get 200, of an h2c app get 200 over h2c, gRPC reaches a tonic app, and
-//!   gRPC to an HTTP/1.1-only app gets a clear UNIMPLEMENTED (never a 502).
+//!   gRPC to an HTTP/1.1-only app gets a clear UNIMPLEMENTED (never a 502); the egress role
+//!   does the same per downstream.
 //! - A burst on a quiet app is queued, not refused; after an overload and a second of
 //!   silence every class is admitted again. (These need the no-harm control loop.)
 //!
@@ -122,6 +123,42 @@ async fn h2c_callers_of_an_h2c_app_get_200() {
         let resp = client.get(&url, &[]).await;
         assert_eq!(resp.status, 200, "{resp:?}");
         assert_eq!(&resp.body[..], b"ok");
+    }
+}
+
+/// The egress role chooses the same way per downstream: an app's h2c call through its
+/// egress to an HTTP/1.1-only downstream (nginx) is translated, not failed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2c_call_through_the_egress_to_an_http1_only_downstream_gets_200() {
+    let nginx = NginxApp::start(Listener::Http1, None).expect("nginx (./scripts/setup)");
+    let app = http1_echo_app().await;
+    let mut config = SidecarConfig::load(None).expect("embedded default");
+    config.inbound.listen = "127.0.0.1:0".parse().unwrap();
+    config.admin.listen = "127.0.0.1:0".parse().unwrap();
+    config.inbound.app = app;
+    config.inbound.work_stealing = true;
+    config.egress.enabled = true;
+    config.egress.listen = "127.0.0.1:0".parse().unwrap();
+    config.log.filter = "warn".into();
+    let weir = Sidecar::start(config).expect("sidecar starts");
+    let egress = weir.egress().expect("egress role on").addr();
+
+    // The app's HTTP/2 client pointed at the egress, the downstream in `:authority`.
+    let stream = tokio::net::TcpStream::connect(egress).await.unwrap();
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    for _ in 0..10 {
+        let req = http::Request::get(format!("http://{}/", nginx.addr))
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = sender.send_request(req).await.expect("answered");
+        assert_eq!(resp.status(), 200, "{resp:?}");
+        assert_eq!(resp.version(), http::Version::HTTP_2);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"ok");
     }
 }
 
