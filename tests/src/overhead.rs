@@ -418,6 +418,11 @@ pub struct WeirReading {
     pub max_inflight: u64,
     pub level: String,
     pub overloaded: bool,
+    /// Refusals since start (warm-up included), from `weir_requests_total{role="inbound"}`.
+    #[serde(default)]
+    pub shed_overload: u64,
+    #[serde(default)]
+    pub shed_deadline: u64,
 }
 
 /// Medians over the rounds of one contender in one workload, each metric on its own.
@@ -445,6 +450,9 @@ pub struct Summary {
     pub cpu_vs_nginx_per_round: Option<f64>,
     /// weir: the lowest `max_inflight` read after a round.
     pub weir_min_limit: Option<u64>,
+    /// weir: refusals over every round (warm-ups included), by reason.
+    pub weir_shed_overload: u64,
+    pub weir_shed_deadline: u64,
 }
 
 /// The median of `values` (mean of the middle two for an even count); `None` if empty.
@@ -523,6 +531,14 @@ pub fn summarise(all: &[Measurement]) -> Vec<Summary> {
                     .iter()
                     .filter_map(|m| m.weir_after.as_ref().map(|w| w.max_inflight))
                     .min(),
+                weir_shed_overload: runs
+                    .iter()
+                    .filter_map(|m| m.weir_after.as_ref().map(|w| w.shed_overload))
+                    .sum(),
+                weir_shed_deadline: runs
+                    .iter()
+                    .filter_map(|m| m.weir_after.as_ref().map(|w| w.shed_deadline))
+                    .sum(),
             }
         })
         .collect()
@@ -546,7 +562,7 @@ pub fn markdown(summaries: &[Summary]) -> String {
         s,
         "| app | workload | contender | requests/s | p50 | p99 | CPU us/req | RSS idle / loaded MB | \
          rps / nginx | p99 / nginx | CPU / nginx | idle RSS / nginx | per round: rps / CPU vs nginx | \
-         spread rps / CPU | weir limit (lowest) |"
+         spread rps / CPU | weir limit (lowest); refused overload / deadline |"
     );
     let _ =
         writeln!(s, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
@@ -585,7 +601,9 @@ pub fn markdown(summaries: &[Summary]) -> String {
             per_round,
             m.rps_spread * 100.0,
             m.cpu_spread.map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
-            m.weir_min_limit.map_or("-".into(), |l| l.to_string()),
+            m.weir_min_limit.map_or("-".into(), |l| {
+                format!("{l}; {} / {}", m.weir_shed_overload, m.weir_shed_deadline)
+            }),
         );
     }
     s

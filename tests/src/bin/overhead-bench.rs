@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use weir_harness::bench_cli;
 use weir_harness::contender::{self, Contender, Kind};
+use weir_harness::egress_bench::Metrics;
 use weir_harness::load::Protocol;
 use weir_harness::noharm::nginx_app::{Listener, NginxApp};
 use weir_harness::overhead::{self, BodySize, ClientResult, Measurement, WeirReading, Workload};
@@ -246,8 +247,8 @@ fn main() -> anyhow::Result<()> {
                             String::new()
                         },
                         m.weir_after.as_ref().map_or(String::new(), |w| format!(
-                            "  limit {} level {} overloaded {}",
-                            w.max_inflight, w.level, w.overloaded
+                            "  limit {} level {} overloaded {} shed overload {} deadline {}",
+                            w.max_inflight, w.level, w.overloaded, w.shed_overload, w.shed_deadline
                         )),
                     );
                     all.push(Measurement { round: round + 1, app: app.label().into(), ..m });
@@ -394,12 +395,26 @@ async fn start_weir_defaults(weir_bin: &Path, app: SocketAddr) -> anyhow::Result
 }
 
 async fn weir_status(admin: SocketAddr) -> Option<WeirReading> {
+    use http_body_util::BodyExt;
     let client = weir_harness::status::admin_client();
     let sample = weir_harness::status::fetch(&client, admin, 0.0).await?;
+    // Why it refused (h2load and wrk only see 503s).
+    let metrics = async {
+        let uri = format!("http://{admin}/metrics").parse::<http::Uri>().ok()?;
+        let response = client.get(uri).await.ok()?;
+        let body = response.into_body().collect().await.ok()?.to_bytes();
+        Some(Metrics::parse(&String::from_utf8_lossy(&body)))
+    };
+    let metrics = tokio::time::timeout(Duration::from_secs(1), metrics).await.ok().flatten();
+    let shed = |outcome: &str| {
+        metrics.as_ref().map_or(0, |m| m.sum("weir_requests_total", "inbound", outcome) as u64)
+    };
     Some(WeirReading {
         max_inflight: sample.doc.max_inflight,
         level: sample.doc.level,
         overloaded: sample.doc.overloaded,
+        shed_overload: shed("shed_overload"),
+        shed_deadline: shed("shed_deadline"),
     })
 }
 
