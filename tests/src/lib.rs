@@ -8,6 +8,8 @@
 //! - [`scenario`], [`report`], [`plot`]: the overload benchmark and its outputs.
 //! - [`egress_bench`]: the chain, fan-out and expiry benchmark through two sidecars;
 //!   [`bench_cli`]: the runners' shared command-line pieces.
+//! - [`multihop`]: entry -> costly middle hop -> bottleneck / healthy service, five
+//!   contenders, steady, M^k, step and retrying clients.
 //!
 //! Everything here targets 127.0.0.1 only, and every run has a fixed duration.
 
@@ -15,6 +17,7 @@ pub mod bench_cli;
 pub mod contender;
 pub mod egress_bench;
 pub mod fairness;
+pub mod multihop;
 pub mod overhead;
 pub mod plot;
 pub mod procfs;
