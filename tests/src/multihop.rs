@@ -80,9 +80,14 @@ pub struct MultihopConfig {
     pub step_phase: Duration,
     pub retry_multiple: f64,
     pub retry: RetryPolicy,
+    /// Before each steady, M^k and retry run's load: this long at 0.5x of the bottleneck
+    /// (not counted), so the sidecars have seen ordinary traffic before the overload, as
+    /// in production. Zero: the overload meets sidecars that have seen nothing.
+    #[serde(serialize_with = "crate::report::ser_secs")]
+    pub lead_in: Duration,
     #[serde(serialize_with = "crate::report::ser_secs")]
     pub run: Duration,
-    /// The part of each steady run not counted (levels settling).
+    /// The part of each steady run not counted (levels settling), after the lead-in.
     #[serde(serialize_with = "crate::report::ser_secs")]
     pub warmup: Duration,
     /// critical / normal / background shares, both APIs.
@@ -366,16 +371,16 @@ impl MultihopConfig {
     }
 
     fn steady(&self, suite: Suite, multiple: f64, k: usize) -> Scenario {
+        let lead_in =
+            Stretch { x_rps: self.x_rps(0.5, k), y_rps: self.y_rps, duration: self.lead_in };
+        let load =
+            Stretch { x_rps: self.x_rps(multiple, k), y_rps: self.y_rps, duration: self.run };
         Scenario {
             suite,
             k,
             multiple,
-            stretches: vec![Stretch {
-                x_rps: self.x_rps(multiple, k),
-                y_rps: self.y_rps,
-                duration: self.run,
-            }],
-            warmup: self.warmup,
+            stretches: [lead_in, load].into_iter().filter(|s| !s.duration.is_zero()).collect(),
+            warmup: self.lead_in + self.warmup,
             retry: None,
         }
     }
@@ -550,9 +555,9 @@ fn analyse(
         }
         Ideal { x_rps: x, y_rps: y }
     };
-    // A steady run: the ideal of what was actually offered (Poisson counts drift from the
-    // rate a little); a step: of the schedule.
-    let ideal = if scenario.stretches.len() == 1 {
+    // A steady run: the ideal of what was actually offered in the counted span (Poisson
+    // counts drift from the rate a little); a step: of the schedule.
+    let ideal = if scenario.suite != Suite::Step {
         ideal(&config.apps, scenario.k, x_offered, y_offered)
     } else {
         ideal_of(&scenario.stretches)
@@ -863,9 +868,37 @@ mod tests {
         assert_eq!(r.refused_at_entry(), Some(0.75), "timeouts and errors are not refusals");
     }
 
-    #[test]
-    fn the_mk_suite_reuses_the_steady_run_at_its_multiple() {
-        let config = MultihopConfig {
+    /// The whole plumbing without a proxy: clients, both apps, both backends, the sampler
+    /// and the analysis. Light load, so every request succeeds and every count adds up.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_direct_graph_serves_both_apis_and_counts_every_call() {
+        let mut config = config();
+        config.k = 2;
+        config.warmup = Duration::ZERO;
+        let scenario = Scenario {
+            suite: Suite::Steady,
+            k: 2,
+            multiple: 0.2,
+            stretches: vec![Stretch {
+                x_rps: 10.0,
+                y_rps: 20.0,
+                duration: Duration::from_millis(1500),
+            }],
+            warmup: Duration::ZERO,
+            retry: None,
+        };
+        let r = run_one(&config, Topology::Direct, &scenario).await.unwrap();
+        assert!(r.x.sent > 0 && r.y.sent > 0, "{:?} {:?}", r.x, r.y);
+        assert_eq!(r.x.ok, r.x.sent, "{:?}", r.x.places);
+        assert_eq!(r.y.ok, r.y.sent, "{:?}", r.y.places);
+        assert_eq!(r.attempts.b_reached, 2 * r.x.sent, "k calls to B per X request");
+        assert_eq!(r.attempts.attempts, r.x.sent + r.y.sent, "no retries without a policy");
+        assert!(r.work.a_busy[0] > 0.0 && r.work.a_wasted == [0.0, 0.0], "{:?}", r.work);
+        assert!(r.sidecars.is_none() && r.hops.is_empty(), "no weir in the direct graph");
+    }
+
+    fn config() -> MultihopConfig {
+        MultihopConfig {
             suites: vec![Suite::Steady, Suite::Mk, Suite::Step, Suite::Retry],
             contenders: vec![Topology::Direct],
             apps: apps(16),
@@ -878,6 +911,7 @@ mod tests {
             step_phase: Duration::from_secs(10),
             retry_multiple: 3.0,
             retry: RetryPolicy::default(),
+            lead_in: Duration::from_secs(3),
             run: Duration::from_secs(20),
             warmup: Duration::from_secs(5),
             mix: [0.1, 0.3, 0.6],
@@ -886,7 +920,12 @@ mod tests {
             seed: 7,
             weir_bin: PathBuf::new(),
             multihop: None,
-        };
+        }
+    }
+
+    #[test]
+    fn the_mk_suite_reuses_the_steady_run_at_its_multiple() {
+        let config = config();
         let s = config.scenarios();
         let mk: Vec<usize> = s.iter().filter(|s| s.suite == Suite::Mk).map(|s| s.k).collect();
         assert_eq!(mk, vec![2, 3]);
@@ -894,7 +933,9 @@ mod tests {
         assert_eq!(step.stretches.len(), 3);
         assert!((step.stretches[1].x_rps - 300.0).abs() < 1e-9);
         let mk3 = s.iter().find(|s| s.suite == Suite::Mk && s.k == 3).unwrap();
-        assert!((mk3.stretches[0].x_rps - 100.0).abs() < 1e-9, "3x at B over 3 calls each");
+        assert!((mk3.stretches[0].x_rps - 50.0 / 3.0).abs() < 1e-9, "the lead-in: 0.5x");
+        assert!((mk3.stretches[1].x_rps - 100.0).abs() < 1e-9, "3x at B over 3 calls each");
+        assert_eq!(mk3.warmup, Duration::from_secs(8), "the lead-in is not counted");
         assert!(s.iter().any(|s| s.suite == Suite::Retry && s.retry.is_some()));
     }
 }

@@ -18,7 +18,7 @@ use weir_harness::report::Machine;
     about = "Multi-hop benchmark: entry E -> costly A -> bottleneck B (API X) / healthy C (API Y)"
 )]
 struct Args {
-    /// A few minutes in all: 8 s runs (3 s not counted), 5 s step phases.
+    /// A few minutes in all: 2 s lead-ins, 8 s runs (3 s not counted), 5 s step phases.
     #[arg(long)]
     quick: bool,
     #[arg(long, value_delimiter = ',', default_values = ["steady", "mk", "step", "retry"])]
@@ -55,6 +55,10 @@ struct Args {
     step: Vec<f64>,
     #[arg(long, default_value_t = 3.0)]
     retry_multiple: f64,
+    /// Seconds at 0.5x before each steady, M^k and retry run's load (not counted): the
+    /// sidecars have seen ordinary traffic before the overload. 0: a cold start under overload.
+    #[arg(long)]
+    lead_in: Option<f64>,
     /// Retries of a refused request in the retry suite.
     #[arg(long, default_value_t = 3)]
     retries: u32,
@@ -90,8 +94,9 @@ fn main() -> anyhow::Result<()> {
         None => None,
     };
     let s = Duration::from_secs;
-    let (run, warmup, step_phase) =
-        if args.quick { (s(8), s(3), s(5)) } else { (s(20), s(5), s(10)) };
+    let (run, warmup, step_phase, lead_in) =
+        if args.quick { (s(8), s(3), s(5), s(2)) } else { (s(20), s(5), s(10), s(3)) };
+    let lead_in = args.lead_in.map_or(lead_in, |secs| Duration::from_secs_f64(secs.max(0.0)));
     let config = MultihopConfig {
         suites: args.suites.clone(),
         contenders: args.contenders.clone(),
@@ -111,6 +116,7 @@ fn main() -> anyhow::Result<()> {
         step_phase,
         retry_multiple: args.retry_multiple,
         retry: RetryPolicy { max_retries: args.retries, ..RetryPolicy::default() },
+        lead_in,
         run,
         warmup,
         mix: parse_mix(&args.mix)?,

@@ -147,9 +147,10 @@ pub fn markdown(r: &MultihopResult) -> String {
     if !steady.is_empty() {
         let _ = writeln!(
             s,
-            "#### Steady loads, k = {}, {} s runs, first {} s not counted\n",
+            "#### Steady loads, k = {}, {} s runs after a {:.0} s lead-in at 0.5x, first {} s of the load not counted\n",
             c.k,
             c.run.as_secs(),
+            c.lead_in.as_secs_f64(),
             c.warmup.as_secs()
         );
         let _ = writeln!(
