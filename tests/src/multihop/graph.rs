@@ -79,10 +79,10 @@ impl MultihopHook {
             anyhow::bail!("{}: expected a mapping with keys all/e/a/b/c", overlay_file.display());
         };
         for key in map.keys() {
-            let known = key.as_str().is_some_and(|k| ["all", "e", "a", "b", "c"].contains(&k));
+            let name = key.as_str().unwrap_or("(not a string)");
             anyhow::ensure!(
-                known,
-                "{}: unknown key {key:?} (expected all, e, a, b, c)",
+                ["all", "e", "a", "b", "c"].contains(&name),
+                "{}: unknown key `{name}` (expected all, e, a, b, c)",
                 overlay_file.display()
             );
         }
