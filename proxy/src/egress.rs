@@ -52,7 +52,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;
 use tokio::sync::watch;
 
-use crate::app_client::{ClientSettings, Endpoint, Protocol};
+use crate::app_client::{ClientSettings, Endpoint};
+use crate::app_protocol::{self, Choice, Upstreams};
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
@@ -104,6 +105,8 @@ pub struct EgressService {
     default_budget: Duration,
     deadline_margin: Duration,
     protocol: AppProtocol,
+    /// What each downstream speaks (`protocol: auto`), probed and remembered.
+    speaks: Upstreams,
     resolver: forward::Resolver,
     client: ClientSettings,
     pools: Mutex<HashMap<SocketAddr, Arc<Endpoint>>>,
@@ -392,6 +395,7 @@ impl EgressService {
             default_budget: egress.default_budget,
             deadline_margin: egress.deadline_margin,
             protocol: egress.protocol,
+            speaks: Upstreams::new(egress.timeouts.connect, MAX_POOLS),
             resolver: forward::Resolver::new(
                 egress.timeouts.resolve,
                 egress.timeouts.resolve_ttl,
@@ -489,11 +493,16 @@ impl EgressService {
             return self.reject(Rejection::OwnListener, Some(&authority), grpc);
         }
         let endpoint = self.endpoint(addr);
-        let protocol = match self.protocol {
-            AppProtocol::Auto if parts.version == http::Version::HTTP_2 => Protocol::H2c,
-            AppProtocol::Auto | AppProtocol::Http1 => Protocol::Http1,
-            AppProtocol::H2c => Protocol::H2c,
-        };
+        let speaks = self.speaks.get(addr);
+        let protocol =
+            match speaks.choose(self.protocol, parts.version, &parts.headers, deadline).await {
+                Choice::Send(protocol) => protocol,
+                Choice::GrpcNeedsH2 => {
+                    let (status, mut headers) = app_protocol::grpc_needs_h2_head();
+                    headers.insert(self.level_name.clone(), self.level_value(Some(&authority)));
+                    return respond(status, headers);
+                }
+            };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             self.stats.record(priority.business, EgressOutcome::ShedDeadline);
@@ -517,6 +526,9 @@ impl EgressService {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, downstream = %authority, "egress request failed");
+                if matches!(e, crate::app_client::ClientError::Http(_)) {
+                    speaks.suspect();
+                }
                 return self.error(Some(&authority), WeirError::of_downstream(&e), grpc);
             }
             Err(_) => return self.error(Some(&authority), WeirError::DownstreamTimeout, grpc),

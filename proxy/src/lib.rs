@@ -6,6 +6,8 @@
 //! - [`plane`], [`listener`], [`service`], [`app_client`], [`body`]: the inbound data plane
 //!   (hyper 1 + h2): lifecycle, connections, the per-request layers, the pooled client to the
 //!   app, and bodies with bounded waits.
+//! - [`app_protocol`]: `app_protocol: auto`: what the app (or a downstream) speaks, probed
+//!   and remembered.
 //! - [`egress`]: the egress role (outbound calls; refuses what a downstream would shed).
 //! - [`inflight`]: the in-flight limit and the bounded pending queue.
 //! - [`control_loop`]: the adaptive in-flight limit and the queue state the engine sees.
@@ -16,6 +18,7 @@
 
 pub mod admin;
 pub mod app_client;
+pub mod app_protocol;
 pub mod app_time;
 pub mod body;
 pub mod cli;

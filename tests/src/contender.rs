@@ -6,7 +6,10 @@
 //! ([`crate::weir_process`]). nginx and HAProxy cannot report a port they chose, so they get
 //! a port that was free a moment ago ([`free_port`]); should another process take it first,
 //! the proxy fails to bind and exits, and the start is retried on a fresh port (at most
-//! [`PORT_ATTEMPTS`] times). That is the one pick-then-bind left, in benchmarks only.
+//! [`PORT_ATTEMPTS`] times). The other picks left are in benchmark graphs whose apps must
+//! know a sidecar's port before it starts (the egress an app calls through: the no-harm
+//! middle hop, the multi-hop graph); their weir still reports readiness through the file.
+//! No test picks a port.
 
 use serde::Serialize;
 use std::fmt::Write as _;

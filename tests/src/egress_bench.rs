@@ -754,7 +754,8 @@ impl Drop for Sampler {
     }
 }
 
-async fn fetch_metrics(
+/// One scrape of a sidecar's `/metrics`, bounded by 1 s; `None` when it failed.
+pub(crate) async fn fetch_metrics(
     client: &Client<HttpConnector, Empty<Bytes>>,
     admin: SocketAddr,
 ) -> Option<Metrics> {

@@ -11,6 +11,9 @@
 //! - [`support`]: the end-to-end tests' apps, clients and misbehaving peers
 //!   (`proxy/tests/e2e`); [`weir_process`]: `weir run` as a child that reports the ports it
 //!   bound; [`prom`]: the one reader of weir's Prometheus text.
+//! - [`noharm`]: weir's shipped defaults against direct in front of healthy apps.
+//! - [`multihop`]: entry -> costly middle hop -> bottleneck / healthy service, five
+//!   contenders, steady, M^k, step and retrying clients.
 //!
 //! Everything here targets 127.0.0.1 only, and every run has a fixed duration.
 
@@ -18,6 +21,8 @@ pub mod bench_cli;
 pub mod contender;
 pub mod egress_bench;
 pub mod fairness;
+pub mod multihop;
+pub mod noharm;
 pub mod overhead;
 pub mod plot;
 pub mod procfs;

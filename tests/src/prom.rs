@@ -27,8 +27,17 @@ impl Metrics {
         Metrics(series)
     }
 
-    pub fn series(&self) -> &[Series] {
+    /// Every series of the exposition.
+    pub fn all(&self) -> &[Series] {
         &self.0
+    }
+
+    /// Every series called `name`: its labels and value.
+    pub fn series<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a BTreeMap<String, String>, f64)> + 'a {
+        self.0.iter().filter(move |s| s.name == name).map(|s| (&s.labels, s.value))
     }
 
     /// The series written exactly as `series` (`name` or `name{a="1",b="2"}`, labels in any
@@ -134,13 +143,16 @@ mod tests {
     #[test]
     fn series_are_read_by_name_and_labels() {
         let m = Metrics::parse(TEXT);
-        assert_eq!(m.series().len(), 6);
+        assert_eq!(m.all().len(), 6);
         assert_eq!(m.sum("weir_requests_total", "egress", "shed_downstream"), 12.0);
         assert_eq!(m.sum("weir_requests_total", "inbound", "admitted"), 0.0);
         assert_eq!(m.sum_where("weir_requests_total", &[("role", "inbound")]), 3.0);
         assert_eq!(m.sum_where("weir_requests_total", &[("business", "2")]), 10.0);
         assert_eq!(m.first("weir_downstream_level"), Some(200.0));
         assert_eq!(m.first("weir_nothing"), None);
+        let levels: Vec<_> = m.series("weir_downstream_level").collect();
+        assert_eq!(levels.len(), 1);
+        assert_eq!(levels[0].0.get("authority").map(String::as_str), Some("127.0.0.1:9"));
     }
 
     #[test]

@@ -157,7 +157,7 @@ async fn each_user_visits_every_slot_once_per_cycle_and_the_refused_set_moves() 
 /// through the same header path).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "soak"]
-async fn under_3x_overload_users_are_refused_evenly_and_in_turn() {
+async fn under_3x_overload_users_are_refused_evenly_and_in_turn_soak() {
     // An app of 2 workers x 20 ms (100/s) behind the entry, 300/s offered by 60 users taking
     // turns, re-keyed every second in cycles of 12; one whole cycle is measured after a
     // lead-in of at least 2 s.

@@ -5,9 +5,9 @@
 //! (in-process from the sidecar, from a child through `weir run --ready-file`).
 //!
 //! Tests that assert a figure measured under load (a latency, a throughput, a share of
-//! refusals against a tight bound) are the **soak** group: `#[ignore = "soak"]`, run by
-//! `scripts/soak` (`cargo test -p proxy --test e2e -- --ignored --test-threads 1`). Each has a
-//! default-run sibling asserting the same property with a bound that still fails when the
+//! refusals against a tight bound) are the **soak** group: named `..._soak` and
+//! `#[ignore = "soak"]`, run by `scripts/soak` (one at a time, `--test-threads 1`). Each has
+//! a default-run sibling asserting the same property with a bound that still fails when the
 //! feature is broken. See the README, "Tests".
 //!
 //! The tests of this binary share one process: its metrics recorder is global (assert on a
@@ -45,6 +45,7 @@ mod inbound_port_exclusive;
 mod inbound_queue;
 mod inbound_queue_order;
 mod inbound_sigterm;
+mod noharm;
 mod run_probes;
 mod size_grade_dial;
 mod table_digest;
