@@ -53,6 +53,7 @@ use crate::body::{RequestBody, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
 use crate::listener::accept_bounded;
+use crate::own_time::DownstreamWaits;
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason};
 use crate::sidecar::StartError;
@@ -106,6 +107,8 @@ pub struct EgressService {
     conn: ConnLimits,
     /// Outbound requests being handled, response bodies included: what a drain waits for.
     active: Arc<AtomicUsize>,
+    /// The app's waits on its downstreams, for the inbound role's adaptive limit.
+    waits: Option<Arc<DownstreamWaits>>,
 }
 
 #[derive(Debug, Clone)]
@@ -172,6 +175,15 @@ impl Egress {
     /// Binds `egress.listen` and every route's listener (port 0: an ephemeral port, see
     /// [`Egress::addr`]) and starts serving on `egress.threads` threads.
     pub fn start(config: &SidecarConfig) -> Result<Egress, StartError> {
+        Self::start_with(config, None)
+    }
+
+    /// As [`Egress::start`]; every outbound call is reported to `waits` (the inbound role's
+    /// pairing of the app's calls with the requests they serve, [`crate::own_time`]).
+    pub fn start_with(
+        config: &SidecarConfig,
+        waits: Option<Arc<DownstreamWaits>>,
+    ) -> Result<Egress, StartError> {
         let egress = &config.egress;
         let bind = |what: &'static str, addr: SocketAddr| {
             let listener = std::net::TcpListener::bind(addr)
@@ -190,7 +202,9 @@ impl Egress {
             let (listener, local) = bind("egress.routes.listen", route.listen)?;
             routes.push((listener, local, target));
         }
-        let service = Arc::new(EgressService::new(config).map_err(StartError::Other)?);
+        let mut service = EgressService::new(config).map_err(StartError::Other)?;
+        service.waits = waits;
+        let service = Arc::new(service);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(egress.threads)
             .thread_name("weir-egress")
@@ -323,6 +337,7 @@ impl EgressService {
             body_read: egress.timeouts.body_read,
             write: egress.timeouts.write,
             active: Arc::new(AtomicUsize::new(0)),
+            waits: None,
             conn: ConnLimits {
                 max_connections: egress.max_connections,
                 header_read: egress.timeouts.header_read,
@@ -400,6 +415,8 @@ impl EgressService {
             return self.refuse(&authority, grpc, EgressOutcome::ShedDeadline);
         }
         let head_request = parts.method == Method::HEAD;
+        // The app waits on this call until its response head is back.
+        let waiting = self.waits.as_ref().map(|w| w.call(&parts.headers));
         let req = forward::downstream_request(
             parts,
             RequestBody::new(body, self.body_read),
@@ -410,6 +427,7 @@ impl EgressService {
         );
         self.stats.record(priority.business, EgressOutcome::Admitted);
         let sent = tokio::time::timeout_at(deadline.into(), endpoint.send(protocol, req)).await;
+        drop(waiting);
         let crate::app_client::Exchange { response, lease } = match sent {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
