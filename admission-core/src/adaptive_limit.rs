@@ -106,19 +106,28 @@ impl Default for AdaptiveLimitConfig {
 /// Each further cut of a search is this fraction of the last.
 const SEARCH_STEP: f64 = 0.75;
 
-/// A suspicion's cut leaves the app this many times what it serves.
-const LOOSE: f64 = 2.0;
+/// A suspicion's cut leaves the app this many times what it serves (a queue of three of its
+/// times: a Poisson burst at 0.9x of an app of four rarely holds more).
+const LOOSE: f64 = 4.0;
 
-/// Still queueing this long after a loose cut (and ten baseline times), or saturated at the
-/// limit this long, the limit is searched down to the knee.
-const TIGHTEN_AFTER: Nanos = 300_000_000;
+/// Still queueing this long after a loose cut (and ten baseline times) while the level
+/// refuses, or saturated at the limit this long, the limit is searched down to the knee.
+const TIGHTEN_AFTER: Nanos = 1_000_000_000;
 
 /// The shortest a suspicion must last before a cut (unless the app's own time doubled).
 const PERSISTENT_MIN: Nanos = 100_000_000;
 
 /// The limit binds throughout an interval (or a trial) when at least this share of its
 /// answers left it full: a burst that filled it for a moment does not count.
-const FULL: f64 = 0.9;
+const FULL: f64 = 0.8;
+
+/// A stall: no answer for at least this long (and eight baseline times)...
+const STALL_MIN: Nanos = 250_000_000;
+/// ...while at least this many requests (and twice what it held at its last answer) pile up.
+const STALL_PILE: usize = 8;
+
+/// A trial's own time "fell in proportion" to its concurrency within this margin.
+const PROPORTIONAL: f64 = 0.1;
 
 /// Answers the baseline averages over: one interval's handful, of an app whose service
 /// time varies, would put the baseline at a lucky low and see a queue in every mean.
@@ -223,7 +232,14 @@ pub struct AdaptiveLimit {
     last_trial: Nanos,
     saturated_since: Option<Nanos>,
     /// The last cut was a suspicion's loose one, not yet tightened.
-    loose: bool,
+    loose: Option<Nanos>,
+    refusing: bool,
+    /// The last answer, and what the app held then; the limit before a stall froze it.
+    last_answer: Nanos,
+    held_at_answer: usize,
+    frozen_from: Option<usize>,
+    /// A search has measured the baseline below the app's knee.
+    confirmed: bool,
     /// Since when every judged interval has looked like the app's queue.
     suspicious_since: Option<Nanos>,
     /// When the limit last changed: an interval that began before it had settled (one
@@ -253,7 +269,12 @@ impl AdaptiveLimit {
             trial: None,
             last_trial: now,
             saturated_since: None,
-            loose: false,
+            loose: None,
+            refusing: false,
+            last_answer: now,
+            held_at_answer: 0,
+            frozen_from: None,
+            confirmed: false,
             suspicious_since: None,
             changed_at: now,
             cuts: 0,
@@ -290,12 +311,43 @@ impl AdaptiveLimit {
         self.bound = true;
     }
 
+    /// Whether the admission level refuses a real share of the arrivals now (the engine's
+    /// `level_refuses`): a loose cut tightens only then.
+    pub fn set_refusing(&mut self, refusing: bool) {
+        self.refusing = refusing;
+    }
+
+    /// The timer's look at the app: `held` requests there now. An app that answers nothing
+    /// for a while (eight baseline times, and at least `STALL_MIN`) while requests pile up
+    /// in it (at least `STALL_PILE` and twice what it held at its last answer) has
+    /// stalled: more concurrency adds only waiting. The limit holds at what it holds, so
+    /// the queue (and the stall) shows in the sidecar; the first answer lifts the freeze.
+    pub fn observe_held(&mut self, now: Nanos, held: usize) {
+        if !self.adapts() || self.frozen_from.is_some() {
+            return;
+        }
+        let quiet = (8 * self.baseline()).max(STALL_MIN);
+        let piled = held >= STALL_PILE.max(2 * self.held_at_answer);
+        if piled && now.saturating_sub(self.last_answer) >= quiet && held < self.limit {
+            self.frozen_from = Some(self.limit);
+            self.trial = None;
+            self.limit = held.max(self.cfg.floor);
+            self.changed_at = now;
+        }
+    }
+
     /// The app answered (response headers) at `now`, `rtt` after dispatch, of which it
     /// spent `downstream` waiting on its downstreams; `held` requests were at the app
     /// (not waiting on a downstream), this one included.
     pub fn on_response(&mut self, now: Nanos, rtt: Duration, downstream: Duration, held: usize) {
         let rtt = rtt.as_nanos().min(u64::MAX as u128) as u64;
         let own = rtt.saturating_sub(downstream.as_nanos().min(u64::MAX as u128) as u64);
+        self.last_answer = now;
+        self.held_at_answer = held;
+        if let Some(limit) = self.frozen_from.take() {
+            self.limit = limit;
+            self.changed_at = now;
+        }
         self.answers = self.answers.saturating_add(1);
         self.own_sum += u128::from(own);
         self.full += u32::from(held >= self.limit);
@@ -433,20 +485,47 @@ impl AdaptiveLimit {
         let suspected = self.suspicious_since.map_or(0, |t| now.saturating_sub(t));
         let lasting = (10.0 * b).max(PERSISTENT_MIN as f64) as u64;
         let refresh = self.cfg.refresh_every.as_nanos() as u64;
-        // After a loose cut, the app still queues a while later: an overload (a burst would
-        // have passed). Saturated at the limit for a while, now and then: is the baseline
-        // still the app's time without a queue? Either way, search down to where a cut
-        // costs throughput.
-        let tighten = self.loose && suspected >= lasting.max(TIGHTEN_AFTER);
-        let refresh = saturated >= TIGHTEN_AFTER && now.saturating_sub(self.last_trial) >= refresh;
-        if tighten || refresh {
+        // A while after a loose cut the app still queues while the level refuses: an
+        // overload (a burst would have passed). Cut to what it serves plus the headroom.
+        // (The level refusing says the sidecar sheds: its queue, not the app's, is where
+        // the priority order has to apply. Without that, a loose limit stays: a queue the
+        // app works off at 0.9x must not be moved where it would read as an overload.)
+        let tighten = match self.loose {
+            Some(at) => {
+                now.saturating_sub(at) >= lasting.max(TIGHTEN_AFTER) && rose && self.refusing
+            }
+            None => false,
+        };
+        if tighten {
+            self.loose = None;
+            let target = (served.ceil() as usize).max(self.cfg.floor);
+            let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
+            if target < self.limit && (target as f64) < held {
+                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+                return;
+            }
+            // The baseline says the app serves all it holds, yet it queues: the baseline
+            // was measured queued (an app overloaded from the start). Search down.
             let target = (self.limit as f64 * SEARCH_STEP).floor() as usize;
             if target >= self.cfg.floor && target < self.limit {
-                // Little's law: saturated, the app holds the whole limit.
-                let ref_rate = self.limit as f64 / mean * 1e9;
                 self.start_trial(now, self.limit, mean, held, ref_rate, target);
                 self.set_trial(|t| t.to_the_knee = true);
-                self.loose = false;
+                return;
+            }
+        }
+        // Saturated at the limit for a while, now and then: is the baseline still the
+        // app's time without a queue (it was measured queued if the app was overloaded from
+        // the start)? Search down to where a cut costs throughput.
+        // (Until a search has measured the baseline below the knee, soon.)
+        let spacing = if self.confirmed { refresh } else { TIGHTEN_AFTER };
+        let refresh = saturated >= TIGHTEN_AFTER && now.saturating_sub(self.last_trial) >= spacing;
+        if refresh {
+            let target = (self.limit as f64 * SEARCH_STEP).floor() as usize;
+            if target >= self.cfg.floor && target < self.limit {
+                let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
+                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+                self.set_trial(|t| t.to_the_knee = true);
+                self.loose = None;
                 return;
             }
         }
@@ -454,15 +533,18 @@ impl AdaptiveLimit {
         // off within a few of its times: as much queued as served (its own time doubled),
         // or a queue that lasted ten of its times (and 100 ms).
         if suspicious && (suspected >= lasting || held >= 2.0 * served) {
-            // Loose: the app keeps a queue as long as what it serves, so a long burst
+            // Loose: the app keeps a queue of a few times what it serves, so a long burst
             // mostly stays in it (moved here, its waits would read as an overload). An
-            // overload keeps the limit binding, which tightens it within a second.
-            let target = ((serving * LOOSE).ceil() as usize).max(self.floor());
+            // overload makes the level refuse, which tightens it within a second.
+            // (With the level refusing already, it is an overload: no loose stage.)
+            let loose = !self.refusing;
+            let share = if loose { LOOSE } else { 1.0 + self.cfg.headroom };
+            let target = ((serving * share).ceil() as usize).max(self.floor());
             // A cut to no less than what the app holds is no experiment.
             if target < self.limit && (target as f64) < held {
                 let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
                 self.start_trial(now, self.limit, mean, held, ref_rate, target);
-                self.loose = true;
+                self.loose = loose.then_some(now);
             }
         } else if known && clean && full && self.limit < self.cfg.ceiling {
             // The limit, not the app, was the bottleneck: requests waited in the sidecar
@@ -529,19 +611,36 @@ impl AdaptiveLimit {
             )
         });
         let after = (t.own_sum as f64 / f64::from(t.answers)).max(1.0);
+        // A queue's wait scales with what is in it.
+        let expected = (t.before_mean * t.target as f64 / t.before_held.max(1.0)).max(1.0);
         if f64::from(t.full) >= FULL * f64::from(t.answers) {
-            // Little's law: the app held `target` throughout.
+            // Little's law: the app held `target` throughout. (Own time that fell in
+            // proportion is still a queue's, whatever a rate estimate says: below the knee
+            // it would have stopped at the service time.)
             let rate = t.target as f64 / after * 1e9;
-            if rate >= t.ref_rate * (1.0 - self.cfg.rate_tolerance) {
+            let queue = after <= expected * (1.0 + PROPORTIONAL);
+            if queue || rate >= t.ref_rate * (1.0 - self.cfg.rate_tolerance) {
                 self.free_cut(now, t, after, rate);
             } else {
                 self.costly_cut(now, t, after);
             }
             return;
         }
-        // A queue's wait scales with what is in it.
-        let expected = (t.before_mean * t.target as f64 / t.before_held.max(1.0)).max(1.0);
         if after <= (t.before_mean + expected) / 2.0 {
+            // Kept. A search step that did not bind throughout says nothing of the
+            // throughput: while its own time still fell in proportion (a queue), the search
+            // goes on; once it did not, the queue is about gone: headroom back, and this
+            // own time is the baseline.
+            if t.to_the_knee {
+                if after <= expected * (1.0 + PROPORTIONAL) {
+                    self.free_cut(now, t, after, t.target as f64 / after * 1e9);
+                } else {
+                    self.confirmed = true;
+                    self.remember_baseline(now, after);
+                    let with_headroom = (t.target as f64 * (1.0 + self.cfg.headroom)).ceil();
+                    self.limit = (with_headroom as usize).clamp(t.target, t.prev.max(t.target));
+                }
+            }
             return;
         }
         // Undone: the app's own time did not come down with its concurrency. It is now
@@ -579,6 +678,7 @@ impl AdaptiveLimit {
                 n.to_the_knee = true;
             });
         } else if t.prev != t.search_from || t.to_the_knee {
+            self.confirmed |= t.to_the_knee;
             // A later step (a quarter below the one before) found the queue gone: give it
             // its headroom back. (A suspicion's first step carries it already.)
             let with_headroom = (t.target as f64 * (1.0 + self.cfg.headroom)).ceil() as usize;
@@ -590,6 +690,7 @@ impl AdaptiveLimit {
     /// there is its baseline, and it needs its earlier rate times that time.
     fn costly_cut(&mut self, now: Nanos, t: Trial, after: f64) {
         self.costly += 1;
+        self.confirmed = true;
         let needs = t.ref_rate * after / 1e9;
         let limit = ((needs * (1.0 + self.cfg.headroom)).ceil() as usize)
             .max(t.target + 1)
@@ -606,11 +707,15 @@ impl AdaptiveLimit {
         self.limit = limit.clamp(self.cfg.floor, self.cfg.ceiling);
     }
 
+    fn remember_baseline(&mut self, now: Nanos, own: f64) {
+        self.history.push_back(Record { end: now, baseline: own as u64, ..Record::default() });
+    }
+
     /// Completions per second over the judged intervals of the last `span` (at least
-    /// 100 ms, and at least the last interval): one interval of a fixed-time app holds a
+    /// 250 ms, and at least the last interval): one interval of a fixed-time app holds a
     /// whole number of its waves of completions, too few to count on.
     fn recent_rate(&self, now: Nanos, span: Nanos) -> f64 {
-        let from = now.saturating_sub(span.max(100_000_000));
+        let from = now.saturating_sub(span.max(250_000_000));
         let (mut answers, mut secs) = (0u64, 0.0);
         for r in self.history.iter().rev().filter(|r| r.secs > 0.0) {
             if r.end < from && secs > 0.0 {

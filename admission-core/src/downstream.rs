@@ -11,12 +11,17 @@
 //!   values is bounded too. Responses from any further authority are not cached (their
 //!   requests are never refused locally: the downstream refuses them itself) and are
 //!   aggregated in one counter, [`LevelCounters::uncached`].
+//! - **A dip into the top class is short-lived.** A level that cuts into the most important
+//!   business class this caller has sent (a callee settling, a one-window dip) is kept for
+//!   an eighth of `expiry` only: cached for the full expiry, one bad window would refuse
+//!   the requests that matter most at every caller for two seconds, while the callee itself
+//!   may already admit them again. Past that, the next such request goes out and brings news.
 //! - **Allocation-free hot path.** [`DownstreamLevels::should_refuse`] is a read lock, a
-//!   hash lookup by `&str` and one atomic load. Only the first response from a new
-//!   authority allocates (its slot).
+//!   hash lookup by `&str` and one atomic load (and a relaxed load to track the top class).
+//!   Only the first response from a new authority allocates (its slot).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -27,6 +32,9 @@ use crate::priority::{AdmissionLevel, HeaderValueError, Priority};
 pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(2);
 /// Default bound on the authorities with a cached level.
 pub const DEFAULT_MAX_AUTHORITIES: usize = 64;
+
+/// A level cutting into the top class seen is kept for `expiry / TOP_CLASS_EXPIRY_DIVISOR`.
+pub const TOP_CLASS_EXPIRY_DIVISOR: u64 = 8;
 
 /// What one response's level header did to the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +66,8 @@ pub struct DownstreamLevels<C: Clock> {
     clock: C,
     expiry_micros: u64,
     max_authorities: usize,
+    /// The most important business class asked about so far (255 before any).
+    top_class: AtomicU8,
     slots: RwLock<HashMap<Box<str>, Slot>>,
     cached: AtomicU64,
     uncached: AtomicU64,
@@ -87,6 +97,7 @@ impl<C: Clock> DownstreamLevels<C> {
             clock,
             expiry_micros: (expiry.as_micros() as u64).max(1),
             max_authorities,
+            top_class: AtomicU8::new(u8::MAX),
             slots: RwLock::new(HashMap::with_capacity(max_authorities.min(1024))),
             cached: AtomicU64::new(0),
             uncached: AtomicU64::new(0),
@@ -134,6 +145,9 @@ impl<C: Clock> DownstreamLevels<C> {
     /// `true` iff a fresh cached level of `authority` does not admit `priority`.
     #[inline]
     pub fn should_refuse(&self, authority: &str, priority: Priority) -> bool {
+        if priority.business < self.top_class.load(Relaxed) {
+            self.top_class.fetch_min(priority.business, Relaxed);
+        }
         self.level(authority).is_some_and(|level| !level.admits(priority))
     }
 
@@ -176,7 +190,14 @@ impl<C: Clock> DownstreamLevels<C> {
     }
 
     fn store(&self, authority: &str, level: AdmissionLevel) -> Observation {
-        let expires_at = self.now_micros().saturating_add(self.expiry_micros);
+        let top = self.top_class.load(Relaxed);
+        // (255: nothing asked yet, or only unmarked traffic, the least important class.)
+        let expiry = if top != u8::MAX && level.priority().business <= top {
+            (self.expiry_micros / TOP_CLASS_EXPIRY_DIVISOR).max(1)
+        } else {
+            self.expiry_micros
+        };
+        let expires_at = self.now_micros().saturating_add(expiry);
         let state = (expires_at << LEVEL_BITS) | (level.compound() as u64 + 1);
         {
             let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
@@ -262,6 +283,23 @@ mod tests {
     }
 
     #[test]
+    fn a_dip_into_the_top_class_is_cached_briefly() {
+        let (c, clock) = cache(4);
+        // The caller sends business 1 and 3.
+        assert!(!c.should_refuse("b", p(1, 90)));
+        assert!(!c.should_refuse("b", p(3, 0)));
+        c.observe("b", [&b"1.60"[..]]);
+        assert!(c.should_refuse("b", p(1, 90)), "refused while the news is fresh");
+        clock.advance(DEFAULT_EXPIRY / TOP_CLASS_EXPIRY_DIVISOR as u32);
+        assert!(!c.should_refuse("b", p(1, 90)), "a dip into the top class ages fast");
+        // A cut below the top class keeps the whole expiry.
+        c.observe("b", [&b"2.10"[..]]);
+        clock.advance(DEFAULT_EXPIRY - Duration::from_millis(1));
+        assert!(c.should_refuse("b", p(3, 0)));
+        assert!(!c.should_refuse("b", p(2, 10)));
+    }
+
+    #[test]
     fn news_refreshes_and_no_news_ages() {
         let (c, clock) = cache(4);
         c.observe("b", [&b"1.0"[..]]);
@@ -334,9 +372,10 @@ mod tests {
     }
 
     proptest! {
-        /// Against a naive model (a map of authority -> (level, time seen), first `max`
-        /// authorities only): the cache refuses exactly what the model's fresh level does
-        /// not admit, garbage and repeats never change a verdict, and at most `max`
+        /// Against a naive model (a map of authority -> (level, time seen, its expiry),
+        /// first `max` authorities only; a level into the top class asked about so far
+        /// expires after an eighth): the cache refuses exactly what the model's fresh level
+        /// does not admit, garbage and repeats never change a verdict, and at most `max`
         /// authorities ever hold a slot.
         #[test]
         fn matches_a_naive_model(
@@ -345,8 +384,10 @@ mod tests {
             probes in prop::collection::vec((0usize..6, priority()), 1..20),
         ) {
             let (c, clock) = cache(max);
-            let mut model: HashMap<usize, (Priority, u64)> = HashMap::new();
+            let mut model: HashMap<usize, (Priority, u64, u64)> = HashMap::new();
             let mut now_ms = 0u64;
+            let mut top = u8::MAX;
+            let expiry = |l: Priority, top: u8| if top != u8::MAX && l.business <= top { 250 } else { 2000 };
             let name = |a: usize| format!("svc-{a}:8080");
             for s in steps {
                 match s {
@@ -354,7 +395,7 @@ mod tests {
                         let v = AdmissionLevel::new(l).encode();
                         c.observe(&name(a), [v.as_bytes()]);
                         if model.contains_key(&a) || model.len() < max {
-                            model.insert(a, (l, now_ms));
+                            model.insert(a, (l, now_ms, expiry(l, top)));
                         }
                     }
                     Step::Garbage(a, g) => {
@@ -362,7 +403,7 @@ mod tests {
                         if let Ok(l) = AdmissionLevel::parse(&g) {
                             prop_assert!(matches!(o, Observation::Cached(_) | Observation::Uncached(_)));
                             if model.contains_key(&a) || model.len() < max {
-                                model.insert(a, (l.priority(), now_ms));
+                                model.insert(a, (l.priority(), now_ms, expiry(l.priority(), top)));
                             }
                         } else {
                             prop_assert!(matches!(o, Observation::Malformed(_)));
@@ -382,9 +423,10 @@ mod tests {
                 }
                 prop_assert!(c.len() <= max);
                 for &(a, q) in &probes {
-                    let fresh = model.get(&a).filter(|(_, at)| now_ms < at + 2000);
-                    let want = fresh.is_some_and(|(l, _)| q > *l);
+                    let fresh = model.get(&a).filter(|(_, at, exp)| now_ms < at + exp);
+                    let want = fresh.is_some_and(|(l, _, _)| q > *l);
                     prop_assert_eq!(c.should_refuse(&name(a), q), want);
+                    top = top.min(q.business);
                 }
             }
         }

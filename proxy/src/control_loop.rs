@@ -96,6 +96,8 @@ impl ControlLoop {
             if depth > 0 {
                 adaptive.on_waiting();
             }
+            adaptive.set_refusing(engine.level_refuses());
+            adaptive.observe_held(engine.clock().now(), limit.held());
             adaptive.tick(engine.clock().now())
         };
         if next != limit.limit() {

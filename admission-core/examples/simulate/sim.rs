@@ -548,6 +548,8 @@ pub fn run(cfg: &SimConfig) -> Summary {
             let oldest = pending.oldest().map_or(0, |a| now - a);
             engine.observe_queue(pending.len(), Duration::from_nanos(oldest));
             engine.tick();
+            limit.set_refusing(engine.level_refuses());
+            limit.observe_held(now, inflight);
             limit.tick(now);
         }
         // Hand waiting requests to the app while the limit allows.

@@ -137,8 +137,16 @@ impl Model {
         }
     }
 
-    /// Runs until `to` (ns on the model's clock).
+    /// Runs until `to` (ns on the model's clock). The level is taken to refuse while more is
+    /// offered than the app can take (as the engine's would).
     fn run(&mut self, l: &mut AdaptiveLimit, to: u64, arrivals: Arrivals) {
+        let capacity = match self.service {
+            Service::Fixed(ns) | Service::Exp(ns) => self.workers as f64 * 1e9 / ns as f64,
+        };
+        l.set_refusing(match arrivals {
+            Arrivals::Saturated => true,
+            Arrivals::Poisson(rate) => rate > capacity,
+        });
         let tick_every = 5 * MS;
         let mut next_tick = self.now() + tick_every;
         if self.next_arrival < self.now() {
@@ -423,6 +431,30 @@ fn probes_up_to_an_app_that_grew() {
     assert!(l.limit() >= 16, "{:?} {:?}", l.status(), m.limits);
     let at = m.limits.iter().find(|&&(_, x)| x >= 16).map(|&(t, _)| (t - grew) / MS);
     assert!(at.is_some_and(|ms| ms <= 1_000), "reached 16 after {at:?} ms");
+}
+
+/// An app that stops answering while requests pile up in it: the limit holds at what it
+/// holds (the queue, and the stall, show in the sidecar); its first answer lifts that. A
+/// single long request in a quiet app is no stall.
+#[test]
+fn a_stalled_app_is_frozen_at_what_it_holds_until_it_answers() {
+    let mut l = adaptive(256);
+    for i in 0..64u64 {
+        l.on_response(i * MS, Duration::from_millis(10), Duration::ZERO, 2);
+        l.tick(i * MS);
+    }
+    let quiet = 64 * MS;
+    l.observe_held(quiet + 100 * MS, 1);
+    l.observe_held(quiet + 5_000 * MS, 1);
+    assert_eq!(l.limit(), 256, "one long request is no stall");
+    l.observe_held(quiet + 200 * MS, 40);
+    assert_eq!(l.limit(), 256, "not quiet for long enough yet");
+    l.observe_held(quiet + 300 * MS, 50);
+    assert_eq!(l.limit(), 50, "stalled: frozen at what the app holds");
+    l.observe_held(quiet + 400 * MS, 50);
+    assert_eq!(l.limit(), 50);
+    l.on_response(quiet + 500 * MS, Duration::from_millis(400), Duration::ZERO, 50);
+    assert_eq!(l.limit(), 256, "answering again");
 }
 
 proptest! {
