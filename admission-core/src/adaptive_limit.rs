@@ -108,7 +108,7 @@ const SEARCH_STEP: f64 = 0.75;
 
 /// A suspicion's cut leaves the app this many times what it serves (a queue of three of its
 /// times: a Poisson burst at 0.9x of an app of four rarely holds more).
-const LOOSE: f64 = 4.0;
+const LOOSE: f64 = 3.0;
 
 /// Still queueing this long after a loose cut (and ten baseline times) while the level
 /// refuses, or saturated at the limit this long, the limit is searched down to the knee.
@@ -207,8 +207,10 @@ struct IntervalView {
     /// Requests waited in the sidecar, and the share of answers that left the limit full.
     bound: bool,
     full: f64,
-    /// Most requests the app held at once.
+    /// Most requests the app held at once, and how many more it held at the end than at
+    /// the start.
     peak: usize,
+    grown: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -237,6 +239,8 @@ pub struct AdaptiveLimit {
     /// The last answer, and what the app held then; the limit before a stall froze it.
     last_answer: Nanos,
     held_at_answer: usize,
+    /// What the app held at the last answer before the open interval began.
+    held_at_start: usize,
     frozen_from: Option<usize>,
     /// A search has measured the baseline below the app's knee.
     confirmed: bool,
@@ -273,6 +277,7 @@ impl AdaptiveLimit {
             refusing: false,
             last_answer: now,
             held_at_answer: 0,
+            held_at_start: 0,
             frozen_from: None,
             confirmed: false,
             suspicious_since: None,
@@ -388,8 +393,16 @@ impl AdaptiveLimit {
 
     fn close_interval(&mut self, now: Nanos) {
         let elapsed = now.saturating_sub(self.start);
-        let length = (self.cfg.interval.as_nanos() as u64).max(self.baseline().saturating_mul(2));
-        if elapsed < length {
+        let b = self.baseline();
+        let length = (self.cfg.interval.as_nanos() as u64).max(b.saturating_mul(2));
+        // Early, when the app's own time has already doubled (and more) on enough answers:
+        // the start of an overload, whose backlog in the app grows with every millisecond.
+        let doubled = b > 0
+            && self.trial.is_none()
+            && self.answers >= self.min_samples()
+            && self.own_sum as f64 / f64::from(self.answers)
+                > 2.0 * b as f64 + self.tolerance(b as f64);
+        if elapsed < length && !doubled {
             return;
         }
         let judged = self.answers >= self.min_samples();
@@ -405,7 +418,9 @@ impl AdaptiveLimit {
             bound: std::mem::take(&mut self.bound),
             full: f64::from(self.full) / answers,
             peak: self.peak,
+            grown: self.held_at_answer.saturating_sub(self.held_at_start),
         };
+        self.held_at_start = self.held_at_answer;
         self.start = now;
         self.answers = 0;
         self.own_sum = 0;
@@ -537,11 +552,15 @@ impl AdaptiveLimit {
             // mostly stays in it (moved here, its waits would read as an overload). An
             // overload makes the level refuse, which tightens it within a second.
             // (With the level refusing already, it is an overload: no loose stage.)
-            let loose = !self.refusing;
+            // (Nor when what the app holds grew by twice what it serves within the interval:
+            // a step, not a burst.)
+            let loose = !self.refusing && (w.grown as f64) < 2.0 * served;
             let share = if loose { LOOSE } else { 1.0 + self.cfg.headroom };
             let target = ((serving * share).ceil() as usize).max(self.floor());
-            // A cut to no less than what the app holds is no experiment.
-            if target < self.limit && (target as f64) < held {
+            // A cut to no less than what the app holds is no experiment. (What it holds
+            // now: Little's average over the interval lags a growing backlog.)
+            let holds = held.max(self.held_at_answer as f64);
+            if target < self.limit && (target as f64) < holds {
                 let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
                 self.start_trial(now, self.limit, mean, held, ref_rate, target);
                 self.loose = loose.then_some(now);
