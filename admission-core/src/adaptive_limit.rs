@@ -399,6 +399,7 @@ impl AdaptiveLimit {
         // the start of an overload, whose backlog in the app grows with every millisecond.
         let doubled = b > 0
             && self.trial.is_none()
+            && elapsed >= self.cfg.interval.as_nanos() as u64
             && self.answers >= self.min_samples()
             && self.own_sum as f64 / f64::from(self.answers)
                 > 2.0 * b as f64 + self.tolerance(b as f64);
@@ -556,12 +557,15 @@ impl AdaptiveLimit {
             // a step, not a burst.)
             let loose = !self.refusing && (w.grown as f64) < 2.0 * served;
             let share = if loose { LOOSE } else { 1.0 + self.cfg.headroom };
+            // (What it serves at the rate of the last few of its times: one interval of an
+            // app whose answers come in waves holds too few of them to count on.)
+            let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
+            let serving = ref_rate * b.min(mean) / 1e9;
             let target = ((serving * share).ceil() as usize).max(self.floor());
-            // A cut to no less than what the app holds is no experiment. (What it holds
-            // now: Little's average over the interval lags a growing backlog.)
+            // A cut to less than a quarter under what the app holds is no experiment. (What
+            // it holds now: Little's average over the interval lags a growing backlog.)
             let holds = held.max(self.held_at_answer as f64);
-            if target < self.limit && (target as f64) < holds {
-                let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
+            if target < self.limit && (target as f64) <= SEARCH_STEP * holds {
                 self.start_trial(now, self.limit, mean, held, ref_rate, target);
                 self.loose = loose.then_some(now);
             }
