@@ -95,7 +95,7 @@ impl Default for AdaptiveLimitConfig {
             horizon: Duration::from_secs(10),
             headroom: 0.2,
             tolerance: 0.2,
-            tolerance_min: Duration::from_millis(2),
+            tolerance_min: Duration::from_millis(5),
             growth: 0.25,
             rate_tolerance: 0.1,
             refresh_every: Duration::from_secs(5),
@@ -450,9 +450,10 @@ impl AdaptiveLimit {
         let held = rate * mean / 1e9;
         let serving = rate * b.min(mean) / 1e9;
         let rose = mean > b + self.tolerance(b);
-        // Hysteresis: latency that held (for the probe) is within half the tolerance; a
-        // limit with its headroom sits between the two and stays.
-        let clean = mean <= b + self.tolerance(b) / 2.0;
+        // Hysteresis: latency that held (for the probe) is within half the relative
+        // tolerance (and half the absolute one); a limit with its headroom sits between
+        // the two and stays.
+        let clean = mean <= b + (self.tolerance(b) / 2.0).min(b * self.cfg.tolerance / 2.0);
         self.block_answers += w.answers;
         self.block_sum += (mean * f64::from(w.answers)) as u128;
         let baseline = if self.block_answers >= BASELINE_SAMPLES {
