@@ -253,9 +253,10 @@ fn an_idle_engine_reopens_within_a_second_of_silence() {
                 break;
             }
         }
-        // One window with the end of the load in it, then at most one of silence (early
-        // re-opens make it sooner).
-        assert!(open_after.is_some_and(|ms| ms <= 2_100), "{law:?}: open after {open_after:?} ms");
+        // One window with the end of the load in it, then at most one of silence; the
+        // capacity law's early re-opens make it a few of its early closes.
+        let bound = if law == Law::Capacity { 1_000 } else { 2_100 };
+        assert!(open_after.is_some_and(|ms| ms <= bound), "{law:?}: open after {open_after:?} ms");
         assert!(!e.status().overloaded, "{law:?}");
         for b in 0..6u8 {
             let p = Priority { business: b, user: 127 };
