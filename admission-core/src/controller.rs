@@ -334,14 +334,15 @@ fn top_class(histogram: &[u32]) -> u8 {
 
 impl Controller {
     /// Nothing arrived and nobody waits: there is nothing to refuse, so the level moves
-    /// towards open in proportion to the silence, fully open after a nominal window of it
-    /// (see [`relaxed_in_silence`]).
+    /// towards open in proportion to the silence, fully open after half a nominal window
+    /// of silent windows (see [`relaxed_in_silence`]; with the window that held the last
+    /// requests, within about a window of the last of them).
     fn relax_in_silence(&mut self, current: AdmissionLevel, duration_ns: u64) -> AdmissionLevel {
         let (from, silent_ns) = self.silence.unwrap_or((current, 0));
         let silent_ns = silent_ns.saturating_add(duration_ns);
         self.silence = Some((from, silent_ns));
-        let window_ns = (self.window_secs * 1e9) as u64;
-        relaxed_in_silence(from, silent_ns, window_ns).max(current)
+        let full_after = (self.window_secs * 1e9 / 2.0) as u64;
+        relaxed_in_silence(from, silent_ns, full_after).max(current)
     }
 }
 

@@ -438,19 +438,19 @@ fn silent(duration_ms: u64) -> WindowSummary {
 }
 
 /// Windows with nothing in them open the level in proportion to the silence, fully after
-/// one nominal window of it, whatever the law; any traffic (or a waiter) ends the silence.
+/// half a nominal window of it, whatever the law; any traffic (or a waiter) ends the silence.
 #[test]
 fn silence_opens_the_level_within_a_window() {
     let empty = vec![0; COMPOUND_LEVELS];
     let cut = AdmissionLevel::new(Priority { business: 1, user: 61 });
     for law in [Law::Capacity, Law::Dagor, Law::Goodput] {
         let mut c = Controller::new(&config(law));
-        let a = c.next_level(cut, Zone::Relax, &silent(200), &empty);
+        let a = c.next_level(cut, Zone::Relax, &silent(100), &empty);
         assert!(a > cut && a < AdmissionLevel::FULLY_OPEN, "{law:?}: {a}");
-        let b = c.next_level(a, Zone::Relax, &silent(300), &empty);
-        assert!(b > a, "{law:?}: {b}");
-        let open = c.next_level(b, Zone::Relax, &silent(500), &empty);
-        assert_eq!(open, AdmissionLevel::FULLY_OPEN, "{law:?}: one second of silence");
+        let b = c.next_level(a, Zone::Relax, &silent(200), &empty);
+        assert!(b > a && b < AdmissionLevel::FULLY_OPEN, "{law:?}: {b}");
+        let open = c.next_level(b, Zone::Relax, &silent(200), &empty);
+        assert_eq!(open, AdmissionLevel::FULLY_OPEN, "{law:?}: half a window of silence");
         // A whole quiet window at once.
         let mut c = Controller::new(&config(law));
         assert_eq!(
