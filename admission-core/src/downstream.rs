@@ -11,11 +11,13 @@
 //!   values is bounded too. Responses from any further authority are not cached (their
 //!   requests are never refused locally: the downstream refuses them itself) and are
 //!   aggregated in one counter, [`LevelCounters::uncached`].
-//! - **A dip into the top class is short-lived.** A level that cuts into the most important
-//!   business class this caller has sent (a callee settling, a one-window dip) is kept for
-//!   an eighth of `expiry` only: cached for the full expiry, one bad window would refuse
-//!   the requests that matter most at every caller for two seconds, while the callee itself
-//!   may already admit them again. Past that, the next such request goes out and brings news.
+//! - **A dip into the top class is short-lived.** A level lower than the fresh one it
+//!   replaces that cuts into the most important business class this caller has sent (a
+//!   callee settling, a one-window dip) is kept for an eighth of `expiry` only: cached for
+//!   the full expiry, one bad window would refuse the requests that matter most at every
+//!   caller for two seconds, while the callee itself may already admit them again. Past
+//!   that, the next such request goes out and brings news; the same level again (a cut that
+//!   holds) is kept for the whole expiry.
 //! - **Allocation-free hot path.** [`DownstreamLevels::should_refuse`] is a read lock, a
 //!   hash lookup by `&str` and one atomic load (and a relaxed load to track the top class).
 //!   Only the first response from a new authority allocates (its slot).
@@ -189,20 +191,29 @@ impl<C: Clock> DownstreamLevels<C> {
         }
     }
 
-    fn store(&self, authority: &str, level: AdmissionLevel) -> Observation {
+    /// The word to store for `level`, replacing `old` (a slot's state).
+    fn state_for(&self, level: AdmissionLevel, old: u64) -> u64 {
         let top = self.top_class.load(Relaxed);
-        // (255: nothing asked yet, or only unmarked traffic, the least important class.)
-        let expiry = if top != u8::MAX && level.priority().business <= top {
+        // A dip: lower than the fresh level it replaces, into the top class asked about
+        // (255: nothing asked yet, or only unmarked traffic, the least important class).
+        let dip = self.fresh(old).is_some_and(|old| level < old)
+            && top != u8::MAX
+            && level.priority().business <= top;
+        let expiry = if dip {
             (self.expiry_micros / TOP_CLASS_EXPIRY_DIVISOR).max(1)
         } else {
             self.expiry_micros
         };
         let expires_at = self.now_micros().saturating_add(expiry);
-        let state = (expires_at << LEVEL_BITS) | (level.compound() as u64 + 1);
+        (expires_at << LEVEL_BITS) | (level.compound() as u64 + 1)
+    }
+
+    fn store(&self, authority: &str, level: AdmissionLevel) -> Observation {
+        let state = self.state_for(level, 0);
         {
             let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
             if let Some(slot) = slots.get(authority) {
-                slot.state.store(state, Relaxed);
+                slot.state.store(self.state_for(level, slot.state.load(Relaxed)), Relaxed);
                 return Observation::Cached(level);
             }
             if slots.len() >= self.max_authorities {
@@ -212,7 +223,7 @@ impl<C: Clock> DownstreamLevels<C> {
         let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
         // Re-checked under the write lock: another response may have taken the last slot.
         if let Some(slot) = slots.get(authority) {
-            slot.state.store(state, Relaxed);
+            slot.state.store(self.state_for(level, slot.state.load(Relaxed)), Relaxed);
             return Observation::Cached(level);
         }
         if slots.len() >= self.max_authorities {
@@ -285,9 +296,10 @@ mod tests {
     #[test]
     fn a_dip_into_the_top_class_is_cached_briefly() {
         let (c, clock) = cache(4);
-        // The caller sends business 1 and 3.
+        // The caller sends business 1 and 3; the callee was open.
         assert!(!c.should_refuse("b", p(1, 90)));
         assert!(!c.should_refuse("b", p(3, 0)));
+        c.observe("b", [&b"255.127"[..]]);
         c.observe("b", [&b"1.60"[..]]);
         assert!(c.should_refuse("b", p(1, 90)), "refused while the news is fresh");
         clock.advance(DEFAULT_EXPIRY / TOP_CLASS_EXPIRY_DIVISOR as u32);
@@ -297,6 +309,11 @@ mod tests {
         clock.advance(DEFAULT_EXPIRY - Duration::from_millis(1));
         assert!(c.should_refuse("b", p(3, 0)));
         assert!(!c.should_refuse("b", p(2, 10)));
+        // A dip confirmed by the next answer (the cut holds) keeps the whole expiry too.
+        c.observe("b", [&b"1.60"[..]]);
+        c.observe("b", [&b"1.60"[..]]);
+        clock.advance(DEFAULT_EXPIRY - Duration::from_millis(1));
+        assert!(c.should_refuse("b", p(1, 90)));
     }
 
     #[test]
@@ -387,7 +404,13 @@ mod tests {
             let mut model: HashMap<usize, (Priority, u64, u64)> = HashMap::new();
             let mut now_ms = 0u64;
             let mut top = u8::MAX;
-            let expiry = |l: Priority, top: u8| if top != u8::MAX && l.business <= top { 250 } else { 2000 };
+            let fresh_at = |m: &HashMap<usize, (Priority, u64, u64)>, a: usize, now: u64| {
+                m.get(&a).filter(|(_, at, exp)| now < at + exp).map(|(l, _, _)| *l)
+            };
+            let expiry = |l: Priority, old: Option<Priority>, top: u8| {
+                let dip = old.is_some_and(|o| l < o) && top != u8::MAX && l.business <= top;
+                if dip { 250 } else { 2000 }
+            };
             let name = |a: usize| format!("svc-{a}:8080");
             for s in steps {
                 match s {
@@ -395,7 +418,8 @@ mod tests {
                         let v = AdmissionLevel::new(l).encode();
                         c.observe(&name(a), [v.as_bytes()]);
                         if model.contains_key(&a) || model.len() < max {
-                            model.insert(a, (l, now_ms, expiry(l, top)));
+                            let exp = expiry(l, fresh_at(&model, a, now_ms), top);
+                            model.insert(a, (l, now_ms, exp));
                         }
                     }
                     Step::Garbage(a, g) => {
@@ -403,7 +427,8 @@ mod tests {
                         if let Ok(l) = AdmissionLevel::parse(&g) {
                             prop_assert!(matches!(o, Observation::Cached(_) | Observation::Uncached(_)));
                             if model.contains_key(&a) || model.len() < max {
-                                model.insert(a, (l.priority(), now_ms, expiry(l.priority(), top)));
+                                let old = fresh_at(&model, a, now_ms);
+                                model.insert(a, (l.priority(), now_ms, expiry(l.priority(), old, top)));
                             }
                         } else {
                             prop_assert!(matches!(o, Observation::Malformed(_)));
