@@ -326,9 +326,15 @@ impl AdaptiveLimit {
     /// for a while (eight baseline times, and at least `STALL_MIN`) while requests pile up
     /// in it (at least `STALL_PILE` and twice what it held at its last answer) has
     /// stalled: more concurrency adds only waiting. The limit holds at what it holds, so
-    /// the queue (and the stall) shows in the sidecar; the first answer lifts the freeze.
+    /// the queue (and the stall) shows in the sidecar, and follows it down as callers give
+    /// up (a slot they free would only feed the stalled app more work nobody waits for);
+    /// the first answer lifts the freeze.
     pub fn observe_held(&mut self, now: Nanos, held: usize) {
-        if !self.adapts() || self.frozen_from.is_some() {
+        if !self.adapts() {
+            return;
+        }
+        if self.frozen_from.is_some() {
+            self.limit = self.limit.min(held.max(self.cfg.floor));
             return;
         }
         let quiet = (8 * self.baseline()).max(STALL_MIN);
@@ -563,10 +569,11 @@ impl AdaptiveLimit {
             let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
             let serving = ref_rate * b.min(mean) / 1e9;
             let target = ((serving * share).ceil() as usize).max(self.floor());
-            // A cut to less than a quarter under what the app holds is no experiment. (What
-            // it holds now: Little's average over the interval lags a growing backlog.)
+            // A cut to less than a tenth (and one) under what the app holds is no
+            // experiment. (What it holds now: Little's average over the interval lags a
+            // growing backlog.)
             let holds = held.max(self.held_at_answer as f64);
-            if target < self.limit && (target as f64) <= SEARCH_STEP * holds {
+            if target < self.limit && (target as f64) <= holds - (holds / 10.0).max(1.0) {
                 self.start_trial(now, self.limit, mean, held, ref_rate, target);
                 self.loose = loose.then_some(now);
             }

@@ -453,6 +453,8 @@ fn a_stalled_app_is_frozen_at_what_it_holds_until_it_answers() {
     assert_eq!(l.limit(), 50, "stalled: frozen at what the app holds");
     l.observe_held(quiet + 400 * MS, 50);
     assert_eq!(l.limit(), 50);
+    l.observe_held(quiet + 450 * MS, 30);
+    assert_eq!(l.limit(), 30, "callers who gave up free no slot for the stalled app");
     l.on_response(quiet + 500 * MS, Duration::from_millis(400), Duration::ZERO, 50);
     assert_eq!(l.limit(), 256, "answering again");
 }
