@@ -325,16 +325,12 @@ impl AdaptiveLimit {
     /// The timer's look at the app: `held` requests there now. An app that answers nothing
     /// for a while (eight baseline times, and at least `STALL_MIN`) while requests pile up
     /// in it (at least `STALL_PILE` and twice what it held at its last answer) has
-    /// stalled: more concurrency adds only waiting. The limit holds at what it holds, so
-    /// the queue (and the stall) shows in the sidecar, and follows it down as callers give
-    /// up (a slot they free would only feed the stalled app more work nobody waits for);
-    /// the first answer lifts the freeze.
+    /// stalled: more concurrency adds only waiting. The limit drops to its floor, so the
+    /// queue (and the stall) shows in the sidecar and a slot freed by a caller who gave up
+    /// does not feed the stalled app more work nobody waits for; the first answer lifts the
+    /// freeze.
     pub fn observe_held(&mut self, now: Nanos, held: usize) {
-        if !self.adapts() {
-            return;
-        }
-        if self.frozen_from.is_some() {
-            self.limit = self.limit.min(held.max(self.cfg.floor));
+        if !self.adapts() || self.frozen_from.is_some() {
             return;
         }
         let quiet = (8 * self.baseline()).max(STALL_MIN);
@@ -342,7 +338,7 @@ impl AdaptiveLimit {
         if piled && now.saturating_sub(self.last_answer) >= quiet && held < self.limit {
             self.frozen_from = Some(self.limit);
             self.trial = None;
-            self.limit = held.max(self.cfg.floor);
+            self.limit = self.cfg.floor;
             self.changed_at = now;
         }
     }

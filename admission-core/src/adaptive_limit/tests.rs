@@ -433,11 +433,12 @@ fn probes_up_to_an_app_that_grew() {
     assert!(at.is_some_and(|ms| ms <= 1_000), "reached 16 after {at:?} ms");
 }
 
-/// An app that stops answering while requests pile up in it: the limit holds at what it
-/// holds (the queue, and the stall, show in the sidecar); its first answer lifts that. A
-/// single long request in a quiet app is no stall.
+/// An app that stops answering while requests pile up in it: the limit drops to its floor
+/// (the queue, and the stall, show in the sidecar; a slot a caller frees by giving up does
+/// not feed the stalled app); its first answer lifts that. A single long request in a quiet
+/// app is no stall.
 #[test]
-fn a_stalled_app_is_frozen_at_what_it_holds_until_it_answers() {
+fn a_stalled_app_is_frozen_until_it_answers() {
     let mut l = adaptive(256);
     for i in 0..64u64 {
         l.on_response(i * MS, Duration::from_millis(10), Duration::ZERO, 2);
@@ -450,12 +451,10 @@ fn a_stalled_app_is_frozen_at_what_it_holds_until_it_answers() {
     l.observe_held(quiet + 200 * MS, 40);
     assert_eq!(l.limit(), 256, "not quiet for long enough yet");
     l.observe_held(quiet + 300 * MS, 50);
-    assert_eq!(l.limit(), 50, "stalled: frozen at what the app holds");
-    l.observe_held(quiet + 400 * MS, 50);
-    assert_eq!(l.limit(), 50);
-    l.observe_held(quiet + 450 * MS, 30);
-    assert_eq!(l.limit(), 30, "callers who gave up free no slot for the stalled app");
-    l.on_response(quiet + 500 * MS, Duration::from_millis(400), Duration::ZERO, 50);
+    assert_eq!(l.limit(), 1, "stalled: frozen");
+    l.observe_held(quiet + 400 * MS, 30);
+    assert_eq!(l.limit(), 1);
+    l.on_response(quiet + 500 * MS, Duration::from_millis(400), Duration::ZERO, 30);
     assert_eq!(l.limit(), 256, "answering again");
 }
 
