@@ -58,6 +58,7 @@ use crate::body::{RequestBody, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
 use crate::listener::accept_bounded;
+use crate::own_time::DownstreamWaits;
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason, WeirError};
 use crate::sidecar::StartError;
@@ -119,6 +120,8 @@ pub struct EgressService {
     own: OwnListeners,
     /// This egress's `Via` entry.
     via: ViaTag,
+    /// The app's waits on its downstreams, for the inbound role's adaptive limit.
+    waits: Option<Arc<DownstreamWaits>>,
 }
 
 #[derive(Debug, Clone)]
@@ -250,6 +253,16 @@ impl Egress {
     /// process's other listeners as bound (inbound, admin, public): with the egress's own, requests
     /// addressed to any of them are refused (see [`loops`]).
     pub fn start(config: &SidecarConfig, others: &[SocketAddr]) -> Result<Egress, StartError> {
+        Self::start_with(config, others, None)
+    }
+
+    /// As [`Egress::start`]; every outbound call is reported to `waits` (the inbound role's
+    /// pairing of the app's calls with the requests they serve, [`crate::own_time`]).
+    pub fn start_with(
+        config: &SidecarConfig,
+        others: &[SocketAddr],
+        waits: Option<Arc<DownstreamWaits>>,
+    ) -> Result<Egress, StartError> {
         let egress = &config.egress;
         let bind = |what: &'static str, addr: SocketAddr| {
             let listener = std::net::TcpListener::bind(addr)
@@ -271,7 +284,9 @@ impl Egress {
         let own = OwnListeners::new(
             others.iter().copied().chain([addr]).chain(routes.iter().map(|(_, local, _)| *local)),
         );
-        let service = Arc::new(EgressService::new(config, own).map_err(StartError::Other)?);
+        let mut service = EgressService::new(config, own).map_err(StartError::Other)?;
+        service.waits = waits;
+        let service = Arc::new(service);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(egress.threads)
             .thread_name("weir-egress")
@@ -411,6 +426,7 @@ impl EgressService {
             body_read: egress.timeouts.body_read,
             write: egress.timeouts.write,
             active: Arc::new(AtomicUsize::new(0)),
+            waits: None,
             conn: ConnLimits {
                 max_connections: egress.max_connections,
                 header_read: egress.timeouts.header_read,
@@ -510,6 +526,8 @@ impl EgressService {
         }
         let head_request = parts.method == Method::HEAD;
         let received = parts.version;
+        // The app waits on this call until its response head is back.
+        let waiting = self.waits.as_ref().map(|w| w.call(&parts.headers));
         let mut req = forward::downstream_request(
             parts,
             RequestBody::new(body, self.body_read),
@@ -522,6 +540,7 @@ impl EgressService {
         self.via.stamp(req.headers_mut(), received);
         self.stats.record(priority.business, EgressOutcome::Admitted);
         let sent = tokio::time::timeout_at(deadline.into(), endpoint.send(protocol, req)).await;
+        drop(waiting);
         let crate::app_client::Exchange { response, lease } = match sent {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {

@@ -11,6 +11,7 @@
 //! - [`egress`]: the egress role (outbound calls; refuses what a downstream would shed).
 //! - [`inflight`]: the in-flight limit and the bounded pending queue.
 //! - [`control_loop`]: the adaptive in-flight limit and the queue state the engine sees.
+//! - [`own_time`]: the app's own time, less its waits on downstreams (with the egress role).
 //! - [`priority`]: priority from headers (inner hop) or the priority table (entry).
 //! - [`refusal`]: refusal responses per the wire contract.
 //! - [`admin`]: the control API thread and the engine's timer.
@@ -30,6 +31,7 @@ pub mod egress;
 mod forward_headers;
 pub mod inflight;
 pub mod listener;
+pub mod own_time;
 mod plane;
 pub mod priority;
 pub mod refusal;

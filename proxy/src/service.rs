@@ -311,7 +311,8 @@ impl Inbound {
 
         // App. What shadow mode forwards although enforcing would not have may be past its
         // budget already; it gets the task timeout, as if weir were not there.
-        let exchange = AppExchange::new(slot, now, self.shared.clone());
+        let visit = self.shared.waits.as_ref().and_then(|w| w.visit(&mut parts.headers));
+        let exchange = AppExchange::new(slot, now, self.shared.clone(), visit);
         let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
         self.forward(parts, body, protocol, deadline, exchange, grpc).await
     }

@@ -10,6 +10,7 @@ use control_api::{SidecarStatus, SidecarView, TableStore};
 use crate::app_time::AppTime;
 use crate::control_loop::ControlLoop;
 use crate::inflight::InflightLimit;
+use crate::own_time::DownstreamWaits;
 
 /// State shared by the request path, the admin API and the drain logic.
 pub struct Shared {
@@ -21,6 +22,9 @@ pub struct Shared {
     pub table: Arc<TableStore>,
     /// How long the app typically takes per request.
     pub app_time: AppTime,
+    /// With the egress role on: the app's waits on its downstreams, paired with the
+    /// inbound requests they serve (see [`crate::own_time`]).
+    pub waits: Option<Arc<DownstreamWaits>>,
     /// Requests inside the sidecar (from the first phase to logging).
     pub(crate) active: AtomicUsize,
     /// What `/ready` answers: set once every listener is bound and the inbound one accepts

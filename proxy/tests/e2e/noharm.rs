@@ -282,7 +282,6 @@ fn client() -> hyper_util::client::legacy::Client<
 /// of 20 concurrent requests with idle spells between: the app can serve every burst at
 /// once, so nothing may be refused (on 827f65b, 17 of 20 were).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the no-harm control loop (branch loop)"]
 async fn bursts_on_a_quiet_app_are_queued_not_refused() {
     let app =
         CapacityBackend::start(BackendConfig::new(64, Duration::from_millis(100))).await.unwrap();
@@ -316,7 +315,6 @@ async fn bursts_on_a_quiet_app_are_queued_not_refused() {
 /// says it is not overloaded, and the next request of every class (its least important
 /// user) is admitted. (On 827f65b the level stayed cut after 3 s of silence.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs the no-harm control loop (branch loop)"]
 async fn after_an_overload_and_a_second_of_silence_every_class_is_admitted() {
     let app_config = BackendConfig::new(4, Duration::from_millis(20));
     let capacity = app_config.nominal_capacity();
