@@ -26,7 +26,7 @@ pub struct SidecarConfig {
     pub admin: control_api::AdminConfig,
     pub log: LogConfig,
     /// The egress role (off unless enabled or `--egress ADDR`).
-    pub egress: crate::egress::EgressConfig,
+    pub egress: EgressConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -231,9 +231,11 @@ pub struct Overrides {
 }
 
 mod defaults;
+pub mod egress;
 pub mod schema;
 mod validate;
 
+pub use self::egress::{EgressConfig, EgressRoute};
 pub use self::validate::check_header_name;
 
 // === impl SidecarConfig ===

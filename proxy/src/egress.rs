@@ -40,7 +40,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use admission_core::downstream::{DownstreamLevels, Observation};
-use admission_core::{AdmissionLevel, MonotonicClock, Priority};
+use admission_core::{AdmissionLevel, FieldError, MonotonicClock, Priority};
 use http::header::CONTENT_TYPE;
 use http::uri::Authority;
 use http::{HeaderName, HeaderValue, Method, Request, Response, StatusCode};
@@ -56,16 +56,15 @@ use crate::app_client::{ClientSettings, Endpoint, Protocol};
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
-use crate::listener::accept_bounded;
+use crate::error::StartError;
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason, WeirError};
-use crate::sidecar::StartError;
+use crate::server::accept_bounded;
 
-pub mod config;
 pub mod forward;
 pub mod loops;
 
-pub use config::{EgressConfig, EgressRoute};
+pub use crate::config::{EgressConfig, EgressRoute};
 use loops::{OwnListeners, ViaTag};
 
 /// Shared h2c connections per downstream address.
@@ -260,7 +259,7 @@ impl Egress {
         let mut routes = Vec::with_capacity(egress.routes.len());
         for route in &egress.routes {
             let target = forward::parse_target(&route.target).map_err(|message| {
-                StartError::Config { field: "egress.routes.target".into(), message }
+                StartError::Config(FieldError::new("egress.routes.target", message))
             })?;
             let (listener, local) = bind("egress.routes.listen", route.listen)?;
             routes.push((listener, local, target));
@@ -517,7 +516,7 @@ impl EgressService {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, downstream = %authority, "egress request failed");
-                return self.error(Some(&authority), WeirError::of_downstream(&e), grpc);
+                return self.error(Some(&authority), e.downstream_error(), grpc);
             }
             Err(_) => return self.error(Some(&authority), WeirError::DownstreamTimeout, grpc),
         };

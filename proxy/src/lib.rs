@@ -3,7 +3,7 @@
 //! - [`config`]: the one YAML configuration and its validation.
 //! - [`sidecar`]: start/stop a sidecar (in-process for tests, or from `weir run`).
 //! - [`shared`]: state shared by the request path, the admin API and the drain.
-//! - [`plane`], [`listener`], [`service`], [`app_client`], [`body`]: the inbound data plane
+//! - [`plane`], [`server`], [`service`], [`app_client`], [`body`]: the inbound data plane
 //!   (hyper 1 + h2): lifecycle, connections, the per-request layers, the pooled client to the
 //!   app, and bodies with bounded waits.
 //! - [`egress`]: the egress role (outbound calls; refuses what a downstream would shed).
@@ -24,12 +24,13 @@ pub mod control_loop;
 pub mod deadline;
 pub mod demo;
 pub mod egress;
+pub mod error;
 mod forward_headers;
 pub mod inflight;
-pub mod listener;
 mod plane;
 pub mod priority;
 pub mod refusal;
+pub mod server;
 pub mod service;
 pub mod shared;
 pub mod shutdown;
@@ -40,9 +41,10 @@ pub mod telemetry;
 /// `fuzz/` (fuzz/README.md). Not a stable interface: nothing outside `fuzz/` should use it.
 #[doc(hidden)]
 pub mod fuzzing {
-    pub use crate::listener::caller_io::collapse_content_length;
-    pub use crate::listener::detect::{decide as detect_protocol, Detected, H2_PREFACE};
+    pub use crate::server::caller_io::collapse_content_length;
+    pub use crate::server::detect::{decide as detect_protocol, Detected, H2_PREFACE};
 }
 
 pub use config::SidecarConfig;
-pub use sidecar::{Shared, Sidecar, StartError};
+pub use error::StartError;
+pub use sidecar::{Shared, Sidecar};

@@ -22,11 +22,11 @@ use tokio::runtime::Runtime;
 use tokio::sync::{oneshot, watch};
 
 use crate::config::SidecarConfig;
-use crate::listener::{accept_loop, ConnSettings};
+use crate::error::StartError;
+use crate::server::{accept_loop, ConnSettings};
 use crate::service::Inbound;
 use crate::shared::Shared;
 use crate::shutdown::{self, StopKind};
-use crate::sidecar::StartError;
 use crate::telemetry::ProxyMetrics;
 
 /// Pending connections per listener.

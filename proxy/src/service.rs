@@ -503,7 +503,7 @@ impl Inbound {
                 tracing::debug!(error = %e, "app request failed");
                 exchange.failed();
                 // The caller's own body is not the app's fault: 400 / 408 / 504, not 502.
-                let error = caller_body.failure().map_or(WeirError::of_app(&e), |f| f.error());
+                let error = caller_body.failure().map_or(e.app_error(), |f| f.error());
                 return self.error(error, grpc);
             }
             Err(_) => {

@@ -15,6 +15,7 @@ use crate::admin::AdminThread;
 use crate::app_time::AppTime;
 use crate::config::SidecarConfig;
 use crate::control_loop::ControlLoop;
+pub use crate::error::StartError;
 use crate::inflight::InflightLimit;
 use crate::plane::HyperPlane;
 pub use crate::shared::{ActiveRequest, Shared};
@@ -31,28 +32,6 @@ pub struct Sidecar {
     plane: HyperPlane,
     admin: Option<AdminThread>,
     egress: Option<crate::egress::Egress>,
-}
-
-/// Why the sidecar could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("{field}: {message}")]
-    Config { field: String, message: String },
-    #[error("{what} {addr}: {source}")]
-    Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
-    #[error("{0}")]
-    Other(String),
-}
-
-impl From<crate::admin::AdminError> for StartError {
-    fn from(e: crate::admin::AdminError) -> Self {
-        use crate::admin::AdminError;
-        match e {
-            AdminError::Config(f) => StartError::Config { field: f.path, message: f.message },
-            AdminError::Bind { what, addr, source } => StartError::Bind { what, addr, source },
-            AdminError::Other(m) => StartError::Other(m),
-        }
-    }
 }
 
 /// How long `start` waits for the inbound listener to accept connections.
@@ -73,10 +52,9 @@ impl Sidecar {
 
     /// As [`Sidecar::start`]; `os_signals` also stops it on SIGTERM (graceful) and SIGINT.
     pub fn start_with(config: SidecarConfig, os_signals: bool) -> Result<Sidecar, StartError> {
-        config.validate().map_err(|e| StartError::Config { field: e.path, message: e.message })?;
+        config.validate()?;
         let metrics = ProxyMetrics::register();
-        let table = crate::admin::initial_table(&config)
-            .map_err(|e| StartError::Config { field: e.path, message: e.message })?;
+        let table = crate::admin::initial_table(&config)?;
         let engine = AdmissionEngine::with_config(&config.admission);
         // An app that calls downstreams (through this sidecar's egress) answers as slowly as
         // they do: a limit inferred from its response times would queue, and shed, here for

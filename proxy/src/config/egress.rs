@@ -1,4 +1,5 @@
-//! The `egress:` section of the sidecar configuration.
+//! The `egress:` section of the sidecar configuration, and the syntax of a downstream
+//! authority (`host:port`), which a route's `target` and a request's target share.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -6,10 +7,11 @@ use std::time::Duration;
 use admission_core::downstream::{DEFAULT_EXPIRY, DEFAULT_MAX_AUTHORITIES};
 use admission_core::schema::{HumanDuration, SocketAddrString};
 use admission_core::FieldError;
+use http::uri::Authority;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::config::AppProtocol;
+use super::AppProtocol;
 
 /// The egress role: the listener the app sends its outbound calls to.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -208,11 +210,48 @@ impl EgressConfig {
             );
         }
         for (i, route) in self.routes.iter().enumerate() {
-            if let Err(e) = crate::egress::forward::parse_target(&route.target) {
+            if let Err(e) = parse_target(&route.target) {
                 return bad(&format!("egress.routes[{i}].target"), e);
             }
         }
         Ok(())
+    }
+}
+
+// === route targets and authorities ===
+
+/// Checks a route target (`host:port`, no scheme, no path).
+pub fn parse_target(target: &str) -> Result<Authority, String> {
+    let authority: Authority =
+        target.parse().map_err(|_| format!("`{target}` is not a host:port authority"))?;
+    if authority.host().is_empty() {
+        return Err(format!("`{target}` has no host"));
+    }
+    if authority.port_u16().is_none() {
+        return Err(format!("`{target}` has no port"));
+    }
+    if authority.as_str().contains('@') {
+        return Err(format!("`{target}` carries user info"));
+    }
+    with_port(authority).ok_or_else(|| format!("`{target}` is not a host:port authority"))
+}
+
+/// `host:port` as it is, `host` or `host:` with port 80; `None` for what else http's parser
+/// lets through, rather than guessing: user info, no host, a port that is no port
+/// (`host:99999`, `host:+80`), bytes after a bracketed host (`[::1]x:80`).
+pub(crate) fn with_port(authority: Authority) -> Option<Authority> {
+    let host = authority.host();
+    if authority.as_str().contains('@') || host.is_empty() {
+        return None;
+    }
+    // Without user info, the host comes first; after it only `:port`, `:` or nothing.
+    match &authority.as_str()[host.len()..] {
+        "" | ":" => Authority::try_from(format!("{host}:80")).ok(),
+        port => {
+            let digits = port.strip_prefix(':')?;
+            let ok = digits.bytes().all(|b| b.is_ascii_digit()) && authority.port_u16().is_some();
+            ok.then_some(authority)
+        }
     }
 }
 
