@@ -1,18 +1,25 @@
 //! weir: a sidecar proxy bringing DAGOR overload control (Zhou et al., SoCC 2018) to any mesh.
+//! The module map, from the top down (no module imports one above it: no import circle):
 //!
-//! - [`config`]: the one YAML configuration and its validation.
-//! - [`sidecar`]: start/stop a sidecar (in-process for tests, or from `weir run`).
+//! - [`cli`], [`demo`]: the `weir` command line.
+//! - [`sidecar`]: start/stop a sidecar (in-process for tests, or from `weir run`); its
+//!   parts: [`plane`] (the inbound runtimes and the stop), [`egress`], [`admin`] (the
+//!   control API thread and the engine's timer). Why one could not start: [`error`].
+//! - The two roles, each a policy on the one server skeleton:
+//!   - [`service`]: the inbound role's request path (priority, admission, queue, gates,
+//!     the app); with [`inflight`] (the in-flight limit and the pending queue),
+//!     [`control_loop`] (the adaptive limit), [`app_time`];
+//!   - [`egress`]: the egress role (outbound calls; refuses what a downstream would shed).
+//! - [`server`]: the skeleton: the accept loop (`weir_net`), the connection driver
+//!   (detection, the caller's socket, idle, graceful close, drain).
+//! - [`http`]: the request stack both roles share (names, gRPC, budget, protocol,
+//!   responses), with [`forward_headers`], [`deadline`], [`priority`], [`refusal`],
+//!   [`app_client`] (the pooled client to the app or a downstream) and [`body`] (bodies
+//!   with bounded waits).
 //! - [`shared`]: state shared by the request path, the admin API and the drain.
-//! - [`plane`], [`server`], [`service`], [`app_client`], [`body`]: the inbound data plane
-//!   (hyper 1 + h2): lifecycle, connections, the per-request layers, the pooled client to the
-//!   app, and bodies with bounded waits.
-//! - [`egress`]: the egress role (outbound calls; refuses what a downstream would shed).
-//! - [`inflight`]: the in-flight limit and the bounded pending queue.
-//! - [`control_loop`]: the adaptive in-flight limit and the queue state the engine sees.
-//! - [`priority`]: priority from headers (inner hop) or the priority table (entry).
-//! - [`refusal`]: refusal responses per the wire contract.
-//! - [`admin`]: the control API thread and the engine's timer.
-//! - [`cli`]: the `weir` command line.
+//! - [`telemetry`]: metrics and logs.
+//! - [`config`]: the one YAML configuration and its validation; a leaf (it imports nothing
+//!   of this crate).
 
 pub mod admin;
 pub mod app_client;
@@ -26,6 +33,7 @@ pub mod demo;
 pub mod egress;
 pub mod error;
 mod forward_headers;
+pub mod http;
 pub mod inflight;
 mod plane;
 pub mod priority;

@@ -2,7 +2,7 @@
 //! bound addresses, change its in-flight limit, stop it.
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -37,9 +37,6 @@ pub struct Sidecar {
 /// How long `start` waits for the inbound listener to accept connections.
 const LISTENER_READY_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How often the drain checks for the last active request.
-const DRAIN_POLL: Duration = Duration::from_millis(10);
-
 // === impl Sidecar ===
 
 impl Sidecar {
@@ -68,28 +65,30 @@ impl Sidecar {
             );
         }
         let control = ControlLoop::new(config.inbound.max_inflight, adaptive, engine.clock().now());
+        let (drain, watch) = weir_net::drain::channel();
         let shared = Arc::new(Shared {
             limit: InflightLimit::new(control.limit(), config.inbound.max_queued),
             engine,
             control,
             audit: Arc::new(AuditCounters::new()),
+            egress_audit: Arc::new(AuditCounters::new()),
             table: TableStore::new(table),
             app_time: AppTime::with_cap(config.inbound.task_timeout),
-            active: AtomicUsize::new(0),
+            drain: watch,
             ready: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
         });
 
         let admin = AdminThread::start(&config, shared.clone())?;
         let admin_addr = admin.addr();
         let (stop, stop_rx) = watch::channel(None);
         let (plane, inbound_addr) =
-            HyperPlane::start(&config, shared.clone(), metrics, stop_rx, os_signals)?;
+            HyperPlane::start(&config, shared.clone(), metrics, stop_rx, drain, os_signals)?;
 
         let egress = if config.egress.enabled {
             let own: Vec<SocketAddr> =
                 [inbound_addr, admin_addr].into_iter().chain(admin.public_addr()).collect();
-            Some(crate::egress::Egress::start(&config, &own)?)
+            let requests = shared.egress_audit.clone();
+            Some(crate::egress::Egress::start(&config, &own, requests)?)
         } else {
             None
         };
@@ -161,7 +160,8 @@ impl Sidecar {
         self.drain_after_stop()
     }
 
-    /// Waits for the stop to reach the data plane, then for the active requests to finish.
+    /// Waits for the stop to reach the data plane, then for the drain's event that the
+    /// active requests have finished (at most the shutdown grace).
     fn drain_after_stop(&mut self) -> bool {
         let graceful = self.plane.wait_stop() == StopKind::Graceful;
         if !graceful {
@@ -169,11 +169,7 @@ impl Sidecar {
             return self.shared.active() == 0;
         }
         let deadline = Instant::now() + self.grace;
-        // A bounded poll: there is no event for "the last request finished".
-        while self.shared.active() > 0 && Instant::now() < deadline {
-            std::thread::sleep(DRAIN_POLL);
-        }
-        let drained = self.shared.active() == 0;
+        let drained = self.plane.wait_drained(deadline);
         tracing::info!(drained, left = self.shared.active(), "drain finished");
         // The egress drains after the inbound role, within the same grace: the app's
         // in-flight requests may have been calling downstreams through it until now.

@@ -11,7 +11,7 @@ use http::uri::Authority;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use super::AppProtocol;
+use super::{AppProtocol, H2Config};
 
 /// The egress role: the listener the app sends its outbound calls to.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -54,7 +54,7 @@ pub struct EgressConfig {
     /// Worker threads of the egress runtime.
     #[schemars(range(min = 1, max = 1024))]
     pub threads: usize,
-    pub h2: EgressH2,
+    pub h2: H2Config,
     pub timeouts: EgressTimeouts,
 }
 
@@ -66,14 +66,6 @@ pub struct EgressRoute {
     pub listen: SocketAddr,
     /// `host:port` of the downstream (its sidecar's inbound listener).
     pub target: String,
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct EgressH2 {
-    /// Streams one app connection may have open at once.
-    #[schemars(range(min = 1, max = 65_536))]
-    pub max_concurrent_streams: u32,
 }
 
 /// Every wait of the egress role, named. The downstream's response is bounded by the
@@ -93,10 +85,16 @@ pub struct EgressTimeouts {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub body_read: Duration,
-    /// Longest time without progress writing a response body to the app.
+    /// Longest time without progress writing a response to the app.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub write: Duration,
+    /// An app connection asked to close (idle for `idle`, or the egress draining) is
+    /// dropped once it has had no request inside for this long: an h2 peer that never
+    /// acknowledges the shutdown PING would otherwise keep it open for ever.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
+    pub graceful_close: Duration,
     /// TCP connect to a downstream.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
@@ -125,15 +123,9 @@ impl Default for EgressConfig {
             max_connections: 10_000,
             max_idle_per_downstream: 64,
             threads: 2,
-            h2: EgressH2::default(),
+            h2: H2Config::default(),
             timeouts: EgressTimeouts::default(),
         }
-    }
-}
-
-impl Default for EgressH2 {
-    fn default() -> Self {
-        EgressH2 { max_concurrent_streams: 256 }
     }
 }
 
@@ -144,6 +136,7 @@ impl Default for EgressTimeouts {
             idle: Duration::from_secs(60),
             body_read: Duration::from_secs(10),
             write: Duration::from_secs(10),
+            graceful_close: Duration::from_secs(5),
             connect: Duration::from_secs(1),
             resolve: Duration::from_secs(1),
             resolve_ttl: Duration::from_secs(10),
@@ -187,6 +180,7 @@ impl EgressConfig {
             ("egress.timeouts.idle", t.idle),
             ("egress.timeouts.body_read", t.body_read),
             ("egress.timeouts.write", t.write),
+            ("egress.timeouts.graceful_close", t.graceful_close),
             ("egress.timeouts.connect", t.connect),
             ("egress.timeouts.resolve", t.resolve),
             ("egress.timeouts.resolve_ttl", t.resolve_ttl),
