@@ -46,6 +46,7 @@ use crate::error::StartError;
 
 pub mod forward;
 pub mod loops;
+mod respond;
 mod service;
 mod stats;
 

@@ -8,8 +8,7 @@ use std::time::{Duration, Instant};
 
 use admission_core::audit::AuditCounters;
 use admission_core::downstream::{DownstreamLevels, Observation};
-use admission_core::{AdmissionLevel, MonotonicClock, Priority};
-use http::header::CONTENT_TYPE;
+use admission_core::{MonotonicClock, Priority};
 use http::uri::Authority;
 use http::{HeaderName, HeaderValue, Method, Request, Response};
 use hyper::body::{Body, Incoming};
@@ -22,9 +21,9 @@ use crate::app_client::{ClientSettings, Endpoint};
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline::MAX_BUDGET;
-use crate::http::{respond, Names};
+use crate::http::Names;
 use crate::priority::PriorityHeaders;
-use crate::refusal::{Refusals, ShedReason, WeirError};
+use crate::refusal::{Refusals, WeirError};
 use crate::server::{LevelStamp, Role};
 
 /// Shared h2c connections per downstream address.
@@ -35,19 +34,12 @@ pub(super) const MAX_POOLS: usize = 1024;
 /// Idle pooled HTTP/1.1 connections to a downstream older than this are closed.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-const DOWNSTREAM_LEVEL: HeaderValue = HeaderValue::from_static("downstream-level");
-const DOWNSTREAM_GRPC_MESSAGE: HeaderValue = HeaderValue::from_static(
-    "weir: the downstream sheds this priority now, retry after the pushback",
-);
-const GRPC_STATUS: HeaderName = HeaderName::from_static("grpc-status");
-const GRPC_MESSAGE: HeaderName = HeaderName::from_static("grpc-message");
-
 /// What every egress connection shares.
 pub struct EgressService {
     pub(super) levels: DownstreamLevels<MonotonicClock>,
-    stats: EgressStats,
-    refusals: Refusals,
-    names: Names,
+    pub(super) stats: EgressStats,
+    pub(super) refusals: Refusals,
+    pub(super) names: Names,
     priority: PriorityHeaders,
     /// Unmarked traffic is what a downstream treats as its least important.
     default_priority: Priority,
@@ -267,74 +259,6 @@ impl EgressService {
             pools.insert(addr, endpoint.clone());
         }
         endpoint
-    }
-
-    /// The downstream's fresh cached level, or fully open when nothing is known.
-    fn level_value(&self, authority: Option<&Authority>) -> HeaderValue {
-        let level = authority
-            .and_then(|a| self.levels.level(a.as_str()))
-            .unwrap_or(AdmissionLevel::FULLY_OPEN);
-        self.refusals.level_value(level)
-    }
-
-    /// Refuses locally, counted with `outcome` ([`EgressOutcome::ShedDeadline`] or
-    /// [`EgressOutcome::ShedDownstream`]), exactly as the downstream would have refused it.
-    fn refuse(
-        &self,
-        authority: &Authority,
-        grpc: bool,
-        priority: Priority,
-        outcome: EgressOutcome,
-    ) -> Response<ResponseBody> {
-        self.stats.record(priority.business, outcome);
-        let reason = match outcome {
-            EgressOutcome::ShedDeadline => ShedReason::Deadline,
-            _ => ShedReason::Overload,
-        };
-        let (status, mut headers) = self.refusals.refusal_head(grpc, reason);
-        if outcome == EgressOutcome::ShedDownstream {
-            headers.insert(self.names.shed.clone(), DOWNSTREAM_LEVEL);
-            if grpc {
-                headers.insert(GRPC_MESSAGE, DOWNSTREAM_GRPC_MESSAGE);
-            }
-        }
-        headers.insert(self.names.level.clone(), self.level_value(Some(authority)));
-        respond(status, headers)
-    }
-
-    /// Refuses to send the request at all (see [`Rejection`]), with a one-line reason.
-    fn reject(
-        &self,
-        rejection: Rejection,
-        authority: Option<&Authority>,
-        grpc: bool,
-    ) -> Response<ResponseBody> {
-        self.stats.reject(rejection);
-        let (status, mut headers) = self.refusals.error_head(rejection.error(), grpc);
-        headers.insert(self.names.level.clone(), self.level_value(authority));
-        let message = rejection.message();
-        if grpc {
-            headers.insert(GRPC_STATUS, HeaderValue::from_static(rejection.grpc_status()));
-            headers.insert(GRPC_MESSAGE, HeaderValue::from_static(message));
-            return respond(status, headers);
-        }
-        headers.insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
-        headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from(message.len() + 1));
-        let mut resp = respond(status, headers);
-        *resp.body_mut() = ResponseBody::full(format!("{message}\n").into(), None);
-        resp
-    }
-
-    fn error(
-        &self,
-        authority: Option<&Authority>,
-        error: WeirError,
-        grpc: bool,
-    ) -> Response<ResponseBody> {
-        self.stats.error();
-        let (status, mut headers) = self.refusals.error_head(error, grpc);
-        headers.insert(self.names.level.clone(), self.level_value(authority));
-        respond(status, headers)
     }
 }
 
