@@ -75,3 +75,6 @@ pub(crate) async fn serve<R: Role>(
     })
     .await
 }
+
+#[cfg(test)]
+mod tests;
