@@ -1,33 +1,53 @@
-//! The adaptive in-flight limit: how many requests the app gets at once, found from the
-//! app's own response times, so the queue forms in the sidecar (where the queuing-time
-//! signal sees it and the priority order applies) and not inside the app.
+//! The adaptive in-flight limit: how many requests the app gets at once. It exists to move
+//! an overloaded app's queue out of the app and into the sidecar, where the queuing-time
+//! signal sees it and the priority order applies; an app that is not overloaded must never
+//! feel it. So it binds only on evidence:
 //!
-//! The limit is the app's bandwidth-delay product with a margin, as BBR sizes a TCP
-//! window: `completion rate (max over the horizon) x no-load response time (min over the
-//! horizon) x (1 + headroom)`. Up to the app's concurrency `W`, more in flight means
-//! proportionally more completions at the same response time, so the product grows by
-//! the margin every interval until it reaches `W x (1 + headroom)`; past `W`, more in
-//! flight only lengthens the response time (the app's own queue) and adds no completions,
-//! so the product stays put. The margin keeps every worker busy across the gap between
-//! one response and the next dispatch, so the limit costs no throughput.
+//! - **It starts at the ceiling** (`max_inflight`) and never moves down because demand was
+//!   low: a quiet app's response times say nothing about how much it could take.
+//! - **Suspicion** (a Vegas-style queue estimate on the app's own time). Over an interval
+//!   the app completes `X` per second at a mean own time `m`; by Little's law it held
+//!   `X m` requests on average, of which it was serving `X b`, `b` being its own time
+//!   without a queue (the baseline: the lowest mean of 32 consecutive answers over the
+//!   horizon, or a trial's measurement below the app's concurrency). When `m` rose above
+//!   `b` by more than noise (`max(b x tolerance, tolerance_min)`) and the app held at least
+//!   one request more than it served plus the headroom, the surplus looks like its queue.
+//!   It must persist (ten baseline times and 100 ms, or the own time doubled at once): a
+//!   Poisson burst the app works off within a few of its times is no overload to move.
+//! - **A cut is an experiment** (a throughput-vs-concurrency knee search). On suspicion
+//!   the limit goes to what the app serves plus the headroom, never below the floor, and
+//!   the answers to requests dispatched after the cut are watched:
+//!   - the cut bound throughout (the app held all it allowed) and the app still completed
+//!     as many per second (Little's law: the new limit over their own time): more
+//!     concurrency had added only latency. The cut stays; if the app still holds more
+//!     than it serves at the new limit, the next cut (a quarter lower) is tried;
+//!   - the cut bound throughout and the app completed fewer: it needs more concurrency
+//!     than the cut left it. Its own time at that concurrency is its time without a queue
+//!     (the new baseline), and what it needs is its earlier completion rate times that
+//!     time (Little's law again): the limit goes there plus the headroom;
+//!   - the cut did not bind throughout, and the own time did not come down at least halfway
+//!     to what a queue predicts (`old mean x new limit / old in-flight`): the latency was
+//!     not the app's queue (it got slower, the machine was busy). The cut is undone, the
+//!     baseline is what was measured, and what the app held before is the floor.
+//! - **It probes upwards** while the limit binds throughout an interval (requests waited
+//!   in the sidecar while the app held all the limit allowed) and the app's own time did
+//!   not rise: a quarter more per interval, up to the ceiling. So a wrong cut, or an app
+//!   that became faster or wider, is followed within a few intervals.
+//! - **Refresh.** A limit that has bound throughout for `refresh_every` (the app saturated
+//!   at it) is searched down again until a cut costs throughput, so a baseline measured
+//!   while the app was already queueing (overloaded from the start) is corrected.
+//! - **The floor** is the most the app held at once in an interval whose own time did not
+//!   rise, nor in the next one (latency lags concurrency), over the horizon (and at least
+//!   `floor`): a suspicion never cuts below it.
 //!
-//! - It starts at 64 (or the ceiling, if lower) and, while it binds (requests waited for a slot) and the app
-//!   answers at its no-load time, the limit is the bottleneck: it doubles, as TCP's slow
-//!   start. While it binds and the answers
-//!   are slower than that, the app queues internally: the limit goes to the product.
-//!   When it does not bind it drifts down to twice the busiest concurrency seen over the
-//!   horizon (never below the product), so a spike fills a small app queue, not the
-//!   ceiling's worth.
-//! - Under sustained saturation every response includes the app's own short queue (the
-//!   margin), so the min filter would drift upwards; every `probe_every` a binding limit
-//!   drops its margin for two no-load response times (BBR's ProbeRTT): the app keeps
-//!   exactly its concurrency in flight, its own queue empties and its answers show the
-//!   true no-load time, at no cost in throughput.
-//! - Both filters forget after `horizon`, so an app that becomes slower or faster is
-//!   followed within it: if only its service time changes, rate and time change
-//!   inversely and the limit stays; if its concurrency changes, the limit follows it.
+//! There is no fixed point below the app's concurrency need: below it, requests wait in the
+//! sidecar while the app answers at its no-queue time, which is the probe's condition, and
+//! a cut below it costs throughput, which ends the search at what the app needs.
 //!
-//! Pure: no clock reads, no I/O; the caller passes `now` and wraps it in a lock.
+//! "Own time" is what the caller passes: dispatch to response headers less the time the
+//! app spent waiting on its downstreams (the proxy measures that through its egress role),
+//! so a slow downstream is never taken for the app's own queue. Pure: no clock reads, no
+//! I/O; the caller passes `now` and wraps it in a lock.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -37,21 +57,31 @@ use crate::clock::Nanos;
 /// Settings of [`AdaptiveLimit`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct AdaptiveLimitConfig {
-    /// The limit never goes above this (the configured `max_inflight`).
+    /// The limit never goes above this (the configured `max_inflight`), and starts here.
     pub ceiling: usize,
     /// ...nor below this.
     pub floor: usize,
-    /// Where it starts (at most the ceiling): low, as TCP's slow start, so the first
-    /// burst does not fill the app's own queue before its no-load time is known.
-    pub initial: usize,
-    /// Shortest measurement interval (it is at least two no-load response times).
+    /// Shortest measurement interval (it is also at least two baseline own times).
     pub interval: Duration,
-    /// How long the rate and response-time filters remember.
+    /// An interval with fewer than `min_samples` answers closes unjudged after this.
+    pub max_interval: Duration,
+    /// Answers an interval (or a cut's trial) needs to be judged.
+    pub min_samples: u32,
+    /// How long the baseline, the floor and the best completion rate are remembered.
     pub horizon: Duration,
-    /// Margin over the bandwidth-delay product.
+    /// Margin over what the app serves at once, so a worker freed between two dispatches
+    /// never idles.
     pub headroom: f64,
-    /// How often a saturated app's no-load response time is re-measured.
-    pub probe_every: Duration,
+    /// A rise of the mean own time above the baseline that counts as noise, relative...
+    pub tolerance: f64,
+    /// ...and at least this much (scheduling noise on a busy machine is absolute).
+    pub tolerance_min: Duration,
+    /// Probe step while the limit binds and the latency holds, as a fraction of the limit.
+    pub growth: f64,
+    /// A cut that binds "costs throughput" when the app completes this fraction fewer.
+    pub rate_tolerance: f64,
+    /// A limit that has bound throughout this long is searched down to the knee again.
+    pub refresh_every: Duration,
 }
 
 impl Default for AdaptiveLimitConfig {
@@ -59,42 +89,128 @@ impl Default for AdaptiveLimitConfig {
         AdaptiveLimitConfig {
             ceiling: 256,
             floor: 1,
-            initial: 64,
-            interval: Duration::from_millis(100),
-            horizon: Duration::from_millis(1500),
+            interval: Duration::from_millis(20),
+            max_interval: Duration::from_secs(1),
+            min_samples: 8,
+            horizon: Duration::from_secs(10),
             headroom: 0.2,
-            probe_every: Duration::from_secs(1),
+            tolerance: 0.2,
+            tolerance_min: Duration::from_millis(5),
+            growth: 0.25,
+            rate_tolerance: 0.1,
+            refresh_every: Duration::from_secs(5),
         }
     }
 }
 
-/// One closed measurement interval.
-#[derive(Debug, Clone, Copy)]
-struct Interval {
-    end: Nanos,
-    /// Completions per second.
-    rate: f64,
-    /// Shortest response time seen (ns); `u64::MAX` when none.
-    min_rtt: Nanos,
-    /// Most requests in flight at once.
-    peak_inflight: usize,
-}
+/// Each further cut of a search is this fraction of the last.
+const SEARCH_STEP: f64 = 0.75;
+
+/// A suspicion's cut leaves the app this many times what it serves (a queue of three of its
+/// times: a Poisson burst at 0.9x of an app of four rarely holds more).
+const LOOSE: f64 = 3.0;
+
+/// Still queueing this long after a loose cut (and ten baseline times) while the level
+/// refuses, or saturated at the limit this long, the limit is searched down to the knee.
+const TIGHTEN_AFTER: Nanos = 1_000_000_000;
+
+/// The shortest a suspicion must last before a cut (unless the app's own time doubled).
+const PERSISTENT_MIN: Nanos = 100_000_000;
+
+/// The limit binds throughout an interval (or a trial) when at least this share of its
+/// answers left it full: a burst that filled it for a moment does not count.
+const FULL: f64 = 0.8;
+
+/// A stall: no answer for at least this long (and eight baseline times)...
+const STALL_MIN: Nanos = 250_000_000;
+/// ...while at least this many requests (and twice what it held at its last answer) pile up.
+const STALL_PILE: usize = 8;
+
+/// A trial's own time "fell in proportion" to its concurrency within this margin.
+const PROPORTIONAL: f64 = 0.1;
+
+/// Answers the baseline averages over: one interval's handful, of an app whose service
+/// time varies, would put the baseline at a lucky low and see a queue in every mean.
+const BASELINE_SAMPLES: u32 = 32;
 
 /// A point-in-time view for metrics and status.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LimitStatus {
-    /// The limit in force now (lower while probing).
+    /// The limit in force now.
     pub limit: usize,
-    /// The limit outside probes.
-    pub steady_limit: usize,
     pub ceiling: usize,
-    /// Max completion rate over the horizon, per second (0 before any completion).
+    /// The floor in force now (see the module doc).
+    pub floor: usize,
+    /// Best completion rate of a judged interval over the horizon, per second (0 before).
     pub completions_per_sec: f64,
-    /// Min response time over the horizon (zero before any completion).
-    pub no_load_time: Duration,
-    pub probing: bool,
-    /// Probes for the no-load time so far.
-    pub probes: u64,
+    /// The app's own time without a queue (zero before any measurement).
+    pub baseline: Duration,
+    /// A cut is being tried.
+    pub trying: bool,
+    /// Cuts tried so far; of those, how many cost throughput (a search's last step) and
+    /// how many were undone (the latency was not the app's queue).
+    pub cuts: u64,
+    pub costly: u64,
+    pub undone: u64,
+}
+
+/// What the horizon remembers of one judged interval or trial.
+#[derive(Debug, Clone, Copy, Default)]
+struct Record {
+    end: Nanos,
+    /// Completions, over how long (0 for a trial's result).
+    answers: u32,
+    secs: f64,
+    /// Completions per second.
+    rate: f64,
+    /// A baseline candidate (nanoseconds; 0 = none): a block's mean or a trial's result.
+    baseline: u64,
+    /// Most requests the app held at once while its own time did not rise, then or in
+    /// the next interval (0 otherwise).
+    peak: usize,
+}
+
+/// A cut on trial: the state before it, and what happened after it.
+#[derive(Debug, Clone, Copy)]
+struct Trial {
+    /// Given up (the cut kept) when no answer at all comes by then; every answer moves it
+    /// on, so a long backlog in the app may drain first.
+    until: Nanos,
+    /// The limit before the search began (what an undo restores), and before this step.
+    search_from: usize,
+    prev: usize,
+    before_mean: f64,
+    before_held: f64,
+    /// Completions per second before the search began (the best a step has shown since).
+    ref_rate: f64,
+    target: usize,
+    /// When an answer first found the app holding no more than `target`.
+    drained: Option<Nanos>,
+    /// A search: on, a quarter lower each step, until one costs throughput (whatever the
+    /// baseline says: this is what re-measures it).
+    to_the_knee: bool,
+    /// Answers to requests dispatched after the cut, their own time, and how many of them
+    /// found the app holding the whole cut.
+    answers: u32,
+    own_sum: u128,
+    full: u32,
+}
+
+/// What one closed interval measured.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct IntervalView {
+    start: Nanos,
+    secs: f64,
+    answers: u32,
+    /// Mean own time, nanoseconds.
+    mean: f64,
+    /// Requests waited in the sidecar, and the share of answers that left the limit full.
+    bound: bool,
+    full: f64,
+    /// Most requests the app held at once, and how many more it held at the end than at
+    /// the start.
+    peak: usize,
+    grown: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -103,48 +219,80 @@ pub struct AdaptiveLimit {
     limit: usize,
     // The open interval.
     start: Nanos,
-    completions: u64,
-    min_rtt: Nanos,
-    rtt_sum: u128,
-    peak_inflight: usize,
+    answers: u32,
+    own_sum: u128,
+    full: u32,
+    peak: usize,
     bound: bool,
-    /// A probe ran during the open interval: its answers are faster than the limit's.
-    probed: bool,
-    history: VecDeque<Interval>,
-    /// End of the running probe, if one runs.
-    probe_until: Option<Nanos>,
-    next_probe: Nanos,
-    probes: u64,
+    // The open baseline block.
+    block_answers: u32,
+    block_sum: u128,
+    history: VecDeque<Record>,
+    trial: Option<Trial>,
+    /// When the last trial ended, and since when every judged interval found the limit
+    /// binding throughout.
+    last_trial: Nanos,
+    saturated_since: Option<Nanos>,
+    /// The last cut was a suspicion's loose one, not yet tightened.
+    loose: Option<Nanos>,
+    refusing: bool,
+    /// The last answer, and what the app held then; the limit before a stall froze it.
+    last_answer: Nanos,
+    held_at_answer: usize,
+    /// What the app held at the last answer before the open interval began.
+    held_at_start: usize,
+    frozen_from: Option<usize>,
+    /// A search has measured the baseline below the app's knee.
+    confirmed: bool,
+    /// Since when every judged interval has looked like the app's queue.
+    suspicious_since: Option<Nanos>,
+    /// When the limit last changed: an interval that began before it had settled (one
+    /// baseline time later) mixes two limits and decides nothing.
+    changed_at: Nanos,
+    cuts: u64,
+    costly: u64,
+    undone: u64,
 }
 
 impl AdaptiveLimit {
     pub fn new(cfg: AdaptiveLimitConfig, now: Nanos) -> Self {
         let ceiling = cfg.ceiling.max(1);
         let floor = cfg.floor.clamp(1, ceiling);
-        let probe_every = cfg.probe_every.as_nanos() as u64;
         AdaptiveLimit {
-            limit: cfg.initial.clamp(floor, ceiling),
+            limit: ceiling,
             cfg: AdaptiveLimitConfig { ceiling, floor, ..cfg },
             start: now,
-            completions: 0,
-            min_rtt: u64::MAX,
-            rtt_sum: 0,
-            peak_inflight: 0,
+            answers: 0,
+            own_sum: 0,
+            full: 0,
+            peak: 0,
             bound: false,
-            probed: false,
+            block_answers: 0,
+            block_sum: 0,
             history: VecDeque::new(),
-            probe_until: None,
-            next_probe: now + probe_every,
-            probes: 0,
+            trial: None,
+            last_trial: now,
+            saturated_since: None,
+            loose: None,
+            refusing: false,
+            last_answer: now,
+            held_at_answer: 0,
+            held_at_start: 0,
+            frozen_from: None,
+            confirmed: false,
+            suspicious_since: None,
+            changed_at: now,
+            cuts: 0,
+            costly: 0,
+            undone: 0,
         }
     }
 
-    /// A fixed limit: never adapts (`max_inflight` set explicitly with `adaptive: false`).
+    /// A fixed limit: never adapts (`adaptive_inflight: false`, or set by hand).
     pub fn fixed(limit: usize, now: Nanos) -> Self {
         let cfg = AdaptiveLimitConfig {
             ceiling: limit.max(1),
             floor: limit.max(1),
-            initial: limit.max(1),
             ..AdaptiveLimitConfig::default()
         };
         Self::new(cfg, now)
@@ -152,145 +300,514 @@ impl AdaptiveLimit {
 
     /// The limit in force now.
     pub fn limit(&self) -> usize {
-        match self.probe_until {
-            Some(_) => self.probe_limit(),
-            None => self.limit,
-        }
+        self.limit
     }
 
     pub fn ceiling(&self) -> usize {
         self.cfg.ceiling
     }
 
-    /// A request was handed to the app; `inflight` counts it.
-    pub fn on_dispatch(&mut self, inflight: usize) {
-        self.peak_inflight = self.peak_inflight.max(inflight);
+    fn adapts(&self) -> bool {
+        self.cfg.floor < self.cfg.ceiling
     }
 
-    /// Requests are waiting for a slot: the limit binds.
+    /// Requests are waiting for a slot.
     pub fn on_waiting(&mut self) {
         self.bound = true;
     }
 
-    /// The app answered (response headers) `rtt` after dispatch.
-    pub fn on_response(&mut self, rtt: Duration) {
-        let rtt = rtt.as_nanos().min(u64::MAX as u128 - 1) as u64;
-        self.completions += 1;
-        self.min_rtt = self.min_rtt.min(rtt);
-        self.rtt_sum += rtt as u128;
+    /// Whether the admission level refuses a real share of the arrivals now (the engine's
+    /// `level_refuses`): a loose cut tightens only then.
+    pub fn set_refusing(&mut self, refusing: bool) {
+        self.refusing = refusing;
     }
 
-    /// Ends a probe that is over, closes the interval if it is over and recomputes the
-    /// limit. Call it from a timer (every 50 ms or so) and after each response (a probe
-    /// lasts a few milliseconds). Returns the limit in force.
-    pub fn tick(&mut self, now: Nanos) -> usize {
-        if let Some(until) = self.probe_until {
-            if now >= until {
-                self.probe_until = None;
+    /// The timer's look at the app: `held` requests there now. An app that answers nothing
+    /// for a while (eight baseline times, and at least `STALL_MIN`) while requests pile up
+    /// in it (at least `STALL_PILE` and twice what it held at its last answer) has
+    /// stalled: more concurrency adds only waiting. The limit drops to its floor, so the
+    /// queue (and the stall) shows in the sidecar and a slot freed by a caller who gave up
+    /// does not feed the stalled app more work nobody waits for; the first answer lifts the
+    /// freeze.
+    pub fn observe_held(&mut self, now: Nanos, held: usize) {
+        if !self.adapts() || self.frozen_from.is_some() {
+            return;
+        }
+        let quiet = (8 * self.baseline()).max(STALL_MIN);
+        let piled = held >= STALL_PILE.max(2 * self.held_at_answer);
+        if piled && now.saturating_sub(self.last_answer) >= quiet && held < self.limit {
+            self.frozen_from = Some(self.limit);
+            self.trial = None;
+            self.limit = self.cfg.floor;
+            self.changed_at = now;
+        }
+    }
+
+    /// The app answered (response headers) at `now`, `rtt` after dispatch, of which it
+    /// spent `downstream` waiting on its downstreams; `held` requests were at the app
+    /// (not waiting on a downstream), this one included.
+    pub fn on_response(&mut self, now: Nanos, rtt: Duration, downstream: Duration, held: usize) {
+        let rtt = rtt.as_nanos().min(u64::MAX as u128) as u64;
+        let own = rtt.saturating_sub(downstream.as_nanos().min(u64::MAX as u128) as u64);
+        self.last_answer = now;
+        self.held_at_answer = held;
+        if let Some(limit) = self.frozen_from.take() {
+            self.limit = limit;
+            self.changed_at = now;
+        }
+        self.answers = self.answers.saturating_add(1);
+        self.own_sum += u128::from(own);
+        self.full += u32::from(held >= self.limit);
+        self.peak = self.peak.max(held);
+        if let Some(t) = self.trial.as_mut() {
+            t.until = t.until.max(now + patience(t.before_mean));
+            // Only requests dispatched once the app's backlog drained to the cut show what
+            // it did (earlier ones queued behind what it held before).
+            if held <= t.target && t.drained.is_none() {
+                t.drained = Some(now);
+            }
+            if t.drained.is_some_and(|d| now.saturating_sub(rtt) > d) {
+                t.answers = t.answers.saturating_add(1);
+                t.own_sum += u128::from(own);
+                t.full += u32::from(held >= t.target);
             }
         }
-        let no_load = self.no_load_rtt();
-        let interval = (self.cfg.interval.as_nanos() as u64).max(no_load.saturating_mul(2));
-        if now.saturating_sub(self.start) < interval {
-            return self.limit();
+    }
+
+    /// Settles a trial that has its answers, closes the interval if it is over and judges
+    /// it. Call it from a timer (every 50 ms or so) and after responses. Returns the limit.
+    pub fn tick(&mut self, now: Nanos) -> usize {
+        if !self.adapts() {
+            return self.limit;
         }
-        let secs = now.saturating_sub(self.start) as f64 / 1e9;
-        let closed = Interval {
-            end: now,
-            rate: self.completions as f64 / secs,
-            min_rtt: self.min_rtt,
-            peak_inflight: self.peak_inflight,
+        let before = self.limit;
+        self.settle_trial(now);
+        if self.limit != before {
+            self.changed_at = now;
+        }
+        let before = self.limit;
+        self.close_interval(now);
+        if self.limit != before {
+            self.changed_at = now;
+        }
+        self.limit
+    }
+
+    fn close_interval(&mut self, now: Nanos) {
+        let elapsed = now.saturating_sub(self.start);
+        let b = self.baseline();
+        let length = (self.cfg.interval.as_nanos() as u64).max(b.saturating_mul(2));
+        // Early, when the app's own time has already doubled (and more) on enough answers:
+        // the start of an overload, whose backlog in the app grows with every millisecond.
+        let doubled = b > 0
+            && self.trial.is_none()
+            && elapsed >= self.cfg.interval.as_nanos() as u64
+            && self.answers >= self.min_samples()
+            && self.own_sum as f64 / f64::from(self.answers)
+                > 2.0 * b as f64 + self.tolerance(b as f64);
+        if elapsed < length && !doubled {
+            return;
+        }
+        let judged = self.answers >= self.min_samples();
+        if !judged && elapsed < self.cfg.max_interval.as_nanos() as u64 {
+            return;
+        }
+        let answers = f64::from(self.answers.max(1));
+        let view = IntervalView {
+            start: self.start,
+            secs: elapsed as f64 / 1e9,
+            answers: self.answers,
+            mean: (self.own_sum as f64 / answers).max(1.0),
+            bound: std::mem::take(&mut self.bound),
+            full: f64::from(self.full) / answers,
+            peak: self.peak,
+            grown: self.held_at_answer.saturating_sub(self.held_at_start),
         };
-        let bound = std::mem::take(&mut self.bound);
-        let probing = self.probe_until.is_some() || std::mem::take(&mut self.probed);
-        let mean_rtt = (self.rtt_sum / self.completions.max(1) as u128) as u64;
+        self.held_at_start = self.held_at_answer;
         self.start = now;
-        self.completions = 0;
-        self.rtt_sum = 0;
-        self.min_rtt = u64::MAX;
-        self.peak_inflight = 0;
+        self.answers = 0;
+        self.own_sum = 0;
+        self.full = 0;
+        self.peak = 0;
+        if judged {
+            self.judge(now, view);
+        }
+    }
+
+    fn min_samples(&self) -> u32 {
+        self.cfg.min_samples.max(1)
+    }
+
+    /// The limit's decision on one closed interval (see the module doc).
+    fn judge(&mut self, now: Nanos, w: IntervalView) {
         let horizon = self.cfg.horizon.as_nanos() as u64;
-        self.history.push_back(closed);
-        while self.history.front().is_some_and(|i| now.saturating_sub(i.end) > horizon) {
+        while self.history.front().is_some_and(|r| now.saturating_sub(r.end) > horizon) {
             self.history.pop_front();
         }
-        if probing || closed.rate == 0.0 || self.no_load_rtt() == 0 {
-            // A probe's low rate is not the app's, and an interval without completions
-            // (idle, or a stalled app) says nothing about its concurrency.
-            return self.limit();
-        }
-        let target = self.product().ceil() as usize;
-        let no_load = self.no_load_rtt() as f64;
-        // Little's law: the mean number in flight over the interval.
-        let mean_inflight = closed.rate * mean_rtt as f64 / 1e9;
-        let full = mean_inflight >= 0.75 * self.limit as f64;
-        let app_queues = (mean_rtt as f64) > no_load * (1.0 + self.cfg.headroom / 2.0);
-        let next = if bound && mean_inflight >= 0.9 * self.limit as f64 && !app_queues {
-            // The limit was full all interval long (by Little's law) and requests waited
-            // for a slot, while the app answered at its no-load time: the limit, not the
-            // app, is the bottleneck. Double (slow start); should that
-            // overshoot, the next interval sees the app queue and goes back to the product.
-            target.max(2 * self.limit)
-        } else if bound && full && app_queues {
-            // The app's own queue lengthens its answers: back to the product. (Both of its
-            // filters go stale together when the app's service time changes, so the
-            // product, its concurrency, holds.)
-            target
+        let mean = w.mean;
+        let rate = f64::from(w.answers) / w.secs.max(1e-9);
+        let known = self.baseline() > 0;
+        let b = if known { self.baseline() as f64 } else { mean };
+        // Little's law on the app's own time: what it held, and what of that it served.
+        let held = rate * mean / 1e9;
+        let serving = rate * b.min(mean) / 1e9;
+        let rose = mean > b + self.tolerance(b);
+        // Hysteresis: latency that held (for the probe) is within half the relative
+        // tolerance (and half the absolute one); a limit with its headroom sits between
+        // the two and stays.
+        let clean = mean <= b + (self.tolerance(b) / 2.0).min(b * self.cfg.tolerance / 2.0);
+        self.block_answers += w.answers;
+        self.block_sum += (mean * f64::from(w.answers)) as u128;
+        let baseline = if self.block_answers >= BASELINE_SAMPLES {
+            let block = self.block_sum as f64 / f64::from(self.block_answers);
+            (self.block_answers, self.block_sum) = (0, 0);
+            block as u64
         } else {
-            // Not binding, or binding only in a burst the app absorbed without queueing.
-            let peak = self.history.iter().map(|i| i.peak_inflight).max().unwrap_or(0);
-            target.max(self.limit.min(2 * peak))
+            0
         };
-        self.limit = next.clamp(self.cfg.floor, self.cfg.ceiling);
-        if bound && now >= self.next_probe && self.cfg.floor < self.cfg.ceiling {
-            let len = no_load_of(&self.history).saturating_mul(2).clamp(5_000_000, 200_000_000);
-            self.probe_until = Some(now + len);
-            self.probed = true;
-            self.probes += 1;
-            self.next_probe = now + self.cfg.probe_every.as_nanos() as u64;
+        self.history.push_back(Record {
+            end: now,
+            answers: w.answers,
+            secs: w.secs,
+            rate,
+            baseline,
+            // Nothing is known to have held before there is a baseline.
+            peak: if rose || !known { 0 } else { w.peak },
+        });
+        if rose {
+            // Latency lags concurrency by up to a service time (an interval is at least
+            // two): the interval before a rise held what caused it, not what the app
+            // served without one.
+            if let Some(before) = self.history.iter_mut().rev().nth(1) {
+                before.peak = 0;
+            }
         }
-        self.limit()
+        let full = w.bound && w.full >= FULL;
+        // Saturated: the limit binds, and the sidecar's queue never ran dry for a whole
+        // interval since.
+        self.saturated_since = match (full, w.bound) {
+            (_, false) => None,
+            (true, true) => self.saturated_since.or(Some(w.start)),
+            (false, true) => self.saturated_since,
+        };
+        let served = serving * (1.0 + self.cfg.headroom);
+        let suspicious = rose && held >= served + 1.0;
+        self.suspicious_since =
+            if suspicious { self.suspicious_since.or(Some(w.start)) } else { None };
+        debug(|| {
+            format!("judge {} ms: mean {:.1} b {:.1} held {held:.1} serving {serving:.1} rate {rate:.0} rose {rose} clean {clean} bound {} full {:.2} limit {} floor {} trial {}", now / 1_000_000, mean / 1e6, b / 1e6, w.bound, w.full, self.limit, self.floor(), self.trial.is_some())
+        });
+        if self.trial.is_some() || w.start < self.changed_at.saturating_add(b as u64) {
+            return;
+        }
+        let saturated = self.saturated_since.map_or(0, |t| now.saturating_sub(t));
+        let suspected = self.suspicious_since.map_or(0, |t| now.saturating_sub(t));
+        let lasting = (10.0 * b).max(PERSISTENT_MIN as f64) as u64;
+        let refresh = self.cfg.refresh_every.as_nanos() as u64;
+        // A while after a loose cut the app still queues while the level refuses: an
+        // overload (a burst would have passed). Cut to what it serves plus the headroom.
+        // (The level refusing says the sidecar sheds: its queue, not the app's, is where
+        // the priority order has to apply. Without that, a loose limit stays: a queue the
+        // app works off at 0.9x must not be moved where it would read as an overload.)
+        let tighten = match self.loose {
+            Some(at) => {
+                now.saturating_sub(at) >= lasting.max(TIGHTEN_AFTER) && rose && self.refusing
+            }
+            None => false,
+        };
+        if tighten {
+            self.loose = None;
+            let target = (served.ceil() as usize).max(self.cfg.floor);
+            let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
+            if target < self.limit && (target as f64) < held {
+                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+                return;
+            }
+            // The baseline says the app serves all it holds, yet it queues: the baseline
+            // was measured queued (an app overloaded from the start). Search down.
+            let target = (self.limit as f64 * SEARCH_STEP).floor() as usize;
+            if target >= self.cfg.floor && target < self.limit {
+                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+                self.set_trial(|t| t.to_the_knee = true);
+                return;
+            }
+        }
+        // Saturated at the limit for a while, now and then: is the baseline still the
+        // app's time without a queue (it was measured queued if the app was overloaded from
+        // the start)? Search down to where a cut costs throughput.
+        // (Until a search has measured the baseline below the knee, soon.)
+        let spacing = if self.confirmed { refresh } else { TIGHTEN_AFTER };
+        let refresh = saturated >= TIGHTEN_AFTER && now.saturating_sub(self.last_trial) >= spacing;
+        if refresh {
+            let target = (self.limit as f64 * SEARCH_STEP).floor() as usize;
+            if target >= self.cfg.floor && target < self.limit {
+                let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
+                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+                self.set_trial(|t| t.to_the_knee = true);
+                self.loose = None;
+                return;
+            }
+        }
+        // A queue the app builds up and keeps (an overload), not a Poisson burst it works
+        // off within a few of its times: as much queued as served (its own time doubled),
+        // or a queue that lasted ten of its times (and 100 ms).
+        if suspicious && (suspected >= lasting || held >= 2.0 * served) {
+            // Loose: the app keeps a queue of a few times what it serves, so a long burst
+            // mostly stays in it (moved here, its waits would read as an overload). An
+            // overload makes the level refuse, which tightens it within a second.
+            // (With the level refusing already, it is an overload: no loose stage.)
+            // (Nor when what the app holds grew by twice what it serves within the interval:
+            // a step, not a burst.)
+            let loose = !self.refusing && (w.grown as f64) < 2.0 * served;
+            let share = if loose { LOOSE } else { 1.0 + self.cfg.headroom };
+            // (What it serves at the rate of the last few of its times: one interval of an
+            // app whose answers come in waves holds too few of them to count on.)
+            let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
+            let serving = ref_rate * b.min(mean) / 1e9;
+            let target = ((serving * share).ceil() as usize).max(self.floor());
+            // A cut to less than a tenth (and one) under what the app holds is no
+            // experiment. (What it holds now: Little's average over the interval lags a
+            // growing backlog.)
+            let holds = held.max(self.held_at_answer as f64);
+            if target < self.limit && (target as f64) <= holds - (holds / 10.0).max(1.0) {
+                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+                self.loose = loose.then_some(now);
+            }
+        } else if known && clean && full && self.limit < self.cfg.ceiling {
+            // The limit, not the app, was the bottleneck: requests waited in the sidecar
+            // while the app held all the limit allowed and answered at its own pace.
+            let step = ((self.limit as f64 * self.cfg.growth).ceil() as usize).max(1);
+            self.limit = (self.limit + step).min(self.cfg.ceiling);
+        }
+    }
+
+    fn start_trial(
+        &mut self,
+        now: Nanos,
+        search_from: usize,
+        before_mean: f64,
+        before_held: f64,
+        ref_rate: f64,
+        target: usize,
+    ) {
+        let target = target.clamp(self.cfg.floor, self.cfg.ceiling);
+        self.trial = Some(Trial {
+            until: now + patience(before_mean),
+            search_from,
+            prev: search_from,
+            before_mean,
+            before_held,
+            ref_rate,
+            target,
+            drained: None,
+            to_the_knee: false,
+            answers: 0,
+            own_sum: 0,
+            full: 0,
+        });
+        self.cuts += 1;
+        self.limit = target;
+    }
+
+    fn set_trial(&mut self, f: impl FnOnce(&mut Trial)) {
+        if let Some(t) = self.trial.as_mut() {
+            f(t);
+        }
+    }
+
+    /// A trial with enough answers is judged (see the module doc); one that got none in its
+    /// time is kept (a stalled app proves nothing either way).
+    fn settle_trial(&mut self, now: Nanos) {
+        let Some(t) = self.trial else { return };
+        // At least half a turnover of the app's concurrency (its answers come in waves).
+        let enough = self.min_samples().max(u32::try_from(t.target / 2).unwrap_or(u32::MAX));
+        if t.answers < enough {
+            if now >= t.until {
+                self.trial = None;
+                self.last_trial = now;
+            }
+            return;
+        }
+        self.trial = None;
+        self.last_trial = now;
+        debug(|| {
+            format!(
+                "settle {} ms: {t:?} after {:.1}",
+                now / 1_000_000,
+                t.own_sum as f64 / f64::from(t.answers) / 1e6
+            )
+        });
+        let after = (t.own_sum as f64 / f64::from(t.answers)).max(1.0);
+        // A queue's wait scales with what is in it.
+        let expected = (t.before_mean * t.target as f64 / t.before_held.max(1.0)).max(1.0);
+        if f64::from(t.full) >= FULL * f64::from(t.answers) {
+            // Little's law: the app held `target` throughout. (Own time that fell in
+            // proportion is still a queue's, whatever a rate estimate says: below the knee
+            // it would have stopped at the service time.)
+            let rate = t.target as f64 / after * 1e9;
+            let queue = after <= expected * (1.0 + PROPORTIONAL);
+            if queue || rate >= t.ref_rate * (1.0 - self.cfg.rate_tolerance) {
+                self.free_cut(now, t, after, rate);
+            } else {
+                self.costly_cut(now, t, after);
+            }
+            return;
+        }
+        if after <= (t.before_mean + expected) / 2.0 {
+            // Kept. A search step that did not bind throughout says nothing of the
+            // throughput: while its own time still fell in proportion (a queue), the search
+            // goes on; once it did not, the queue is about gone: headroom back, and this
+            // own time is the baseline.
+            if t.to_the_knee {
+                if after <= expected * (1.0 + PROPORTIONAL) {
+                    self.free_cut(now, t, after, t.target as f64 / after * 1e9);
+                } else {
+                    self.confirmed = true;
+                    self.remember_baseline(now, after);
+                    let with_headroom = (t.target as f64 * (1.0 + self.cfg.headroom)).ceil();
+                    self.limit = (with_headroom as usize).clamp(t.target, t.prev.max(t.target));
+                }
+            }
+            return;
+        }
+        // Undone: the app's own time did not come down with its concurrency. It is now
+        // what was measured after the cut, and what the app held before it, it serves.
+        self.undone += 1;
+        self.limit = t.search_from;
+        self.history.clear();
+        let peak = t.before_held.ceil() as usize;
+        self.history.push_back(Record {
+            end: now,
+            baseline: after as u64,
+            peak,
+            ..Record::default()
+        });
+    }
+
+    /// The app completes as much with less. Whatever looked held "without rising latency"
+    /// above this was measured against a baseline that was itself queued.
+    fn free_cut(&mut self, now: Nanos, t: Trial, after: f64, rate: f64) {
+        for r in self.history.iter_mut() {
+            r.peak = r.peak.min(t.target);
+        }
+        let next = ((t.target as f64 * SEARCH_STEP).floor() as usize).max(self.cfg.floor);
+        self.history.push_back(Record {
+            end: now,
+            rate,
+            baseline: after as u64,
+            ..Record::default()
+        });
+        if t.to_the_knee && next < t.target {
+            let ref_rate = t.ref_rate.max(rate);
+            self.start_trial(now, t.search_from, after, t.target as f64, ref_rate, next);
+            self.set_trial(|n| {
+                n.prev = t.target;
+                n.to_the_knee = true;
+            });
+        } else if t.prev != t.search_from || t.to_the_knee {
+            self.confirmed |= t.to_the_knee;
+            // A later step (a quarter below the one before) found the queue gone: give it
+            // its headroom back. (A suspicion's first step carries it already.)
+            let with_headroom = (t.target as f64 * (1.0 + self.cfg.headroom)).ceil() as usize;
+            self.limit = with_headroom.clamp(t.target, t.prev.max(t.target));
+        }
+    }
+
+    /// At `target` the app serves without a queue, and fewer than before: its own time
+    /// there is its baseline, and it needs its earlier rate times that time.
+    fn costly_cut(&mut self, now: Nanos, t: Trial, after: f64) {
+        self.costly += 1;
+        self.confirmed = true;
+        let needs = t.ref_rate * after / 1e9;
+        let limit = ((needs * (1.0 + self.cfg.headroom)).ceil() as usize)
+            .max(t.target + 1)
+            .min(t.prev.max(t.target + 1));
+        self.history.clear();
+        let peak = needs.floor() as usize;
+        self.history.push_back(Record {
+            end: now,
+            rate: t.ref_rate,
+            baseline: after as u64,
+            peak,
+            ..Record::default()
+        });
+        self.limit = limit.clamp(self.cfg.floor, self.cfg.ceiling);
+    }
+
+    fn remember_baseline(&mut self, now: Nanos, own: f64) {
+        self.history.push_back(Record { end: now, baseline: own as u64, ..Record::default() });
+    }
+
+    /// Completions per second over the judged intervals of the last `span` (at least
+    /// 250 ms, and at least the last interval): one interval of a fixed-time app holds a
+    /// whole number of its waves of completions, too few to count on.
+    fn recent_rate(&self, now: Nanos, span: Nanos) -> f64 {
+        let from = now.saturating_sub(span.max(250_000_000));
+        let (mut answers, mut secs) = (0u64, 0.0);
+        for r in self.history.iter().rev().filter(|r| r.secs > 0.0) {
+            if r.end < from && secs > 0.0 {
+                break;
+            }
+            answers += u64::from(r.answers);
+            secs += r.secs;
+        }
+        if secs > 0.0 {
+            answers as f64 / secs
+        } else {
+            0.0
+        }
+    }
+
+    fn tolerance(&self, baseline: f64) -> f64 {
+        (baseline * self.cfg.tolerance).max(self.cfg.tolerance_min.as_nanos() as f64)
+    }
+
+    /// The lowest baseline candidate over the horizon; 0 before any.
+    fn baseline(&self) -> Nanos {
+        self.history.iter().map(|r| r.baseline).filter(|&b| b > 0).min().unwrap_or(0)
+    }
+
+    /// The most the app held at once without its own time rising, over the horizon.
+    fn floor(&self) -> usize {
+        let seen = self.history.iter().map(|r| r.peak).max().unwrap_or(0);
+        seen.clamp(self.cfg.floor, self.cfg.ceiling)
     }
 
     pub fn status(&self) -> LimitStatus {
         LimitStatus {
-            limit: self.limit(),
-            steady_limit: self.limit,
+            limit: self.limit,
             ceiling: self.cfg.ceiling,
+            floor: self.floor(),
             completions_per_sec: self.max_rate(),
-            no_load_time: Duration::from_nanos(self.no_load_rtt()),
-            probing: self.probe_until.is_some(),
-            probes: self.probes,
+            baseline: Duration::from_nanos(self.baseline()),
+            trying: self.trial.is_some(),
+            cuts: self.cuts,
+            costly: self.costly,
+            undone: self.undone,
         }
     }
 
-    /// Max completion rate over the horizon, per second.
+    /// Best completion rate of a judged interval over the horizon, per second.
     pub fn max_rate(&self) -> f64 {
-        self.history.iter().map(|i| i.rate).fold(0.0, f64::max)
-    }
-
-    fn no_load_rtt(&self) -> Nanos {
-        no_load_of(&self.history)
-    }
-
-    /// Rate x no-load time x (1 + headroom): what keeps the app's workers busy.
-    fn product(&self) -> f64 {
-        self.max_rate() * self.no_load_rtt() as f64 / 1e9 * (1.0 + self.cfg.headroom)
-    }
-
-    /// The limit without its margin: the app's concurrency, so its own queue drains and
-    /// its answers show the no-load time while every worker stays busy.
-    fn probe_limit(&self) -> usize {
-        let h = 1.0 + self.cfg.headroom;
-        ((self.limit as f64 / h).floor() as usize).clamp(self.cfg.floor, self.cfg.ceiling)
+        self.history.iter().map(|r| r.rate).fold(0.0, f64::max)
     }
 }
 
-fn no_load_of(history: &VecDeque<Interval>) -> Nanos {
-    match history.iter().map(|i| i.min_rtt).min() {
-        Some(n) if n != u64::MAX => n,
-        _ => 0,
+/// `LIMIT_DEBUG=1 cargo test -p admission-core --lib adaptive_limit -- --nocapture`: every
+/// judgement and trial, for tuning against the model in the tests.
+#[cfg(test)]
+fn debug(f: impl FnOnce() -> String) {
+    if std::env::var_os("LIMIT_DEBUG").is_some() {
+        eprintln!("{}", f());
     }
+}
+
+#[cfg(not(test))]
+fn debug(_: impl FnOnce() -> String) {}
+
+/// How long a trial waits for the next answer: a second, or four of the app's times.
+fn patience(mean: f64) -> Nanos {
+    (4.0 * mean) as u64 + 1_000_000_000
 }
 
 #[cfg(test)]

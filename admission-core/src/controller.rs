@@ -145,6 +145,9 @@ pub struct Controller {
     capacity_measured: bool,
     /// The nominal window, seconds: the capacity law drains excess backlog over it.
     window_secs: f64,
+    /// Silence so far (consecutive windows with no arrivals and nobody waiting), and the
+    /// level it began at.
+    silence: Option<(AdmissionLevel, u64)>,
 }
 
 impl Controller {
@@ -158,6 +161,7 @@ impl Controller {
             capacity_per_sec: None,
             capacity_measured: false,
             window_secs: config.window.as_secs_f64().max(1e-3),
+            silence: None,
         }
     }
 
@@ -183,8 +187,14 @@ impl Controller {
             if self.law == Law::Capacity {
                 self.observe_completions(zone, w, false);
             }
+            // Silence: nobody came, waited or left the queue.
+            if w.dispatched == 0 && w.queue_depth == 0 && w.oldest_waiting_ns == 0 {
+                return self.relax_in_silence(current, w.duration_ns);
+            }
+            self.silence = None;
             return current;
         }
+        self.silence = None;
         let censored = self.law == Law::Capacity && is_censored(histogram, current);
         // A short censored window (a handful of requests let through) is too thin to
         // judge "room for twice what came" on.
@@ -205,7 +215,7 @@ impl Controller {
                         }
                         p => p,
                     };
-                    return match zone {
+                    let next = match zone {
                         // A cut opens only if the backlog is gone already (the long waits
                         // were the spike's, now drained); it needs no forced step: the
                         // target already is what the app completes, and one long wait in
@@ -236,6 +246,12 @@ impl Controller {
                         }
                         Zone::Relax => proposed,
                     };
+                    // (Censored inside the top class, its arrivals are only what the
+                    // callers let through: its size is unknown.)
+                    if censored && current.priority().business == top_class(histogram) {
+                        return next;
+                    }
+                    return self.keep_top_class(next, histogram, w);
                 }
                 None => return current,
             },
@@ -272,6 +288,82 @@ impl Controller {
             _ => proposed,
         }
     }
+}
+
+// === impl Controller (the top class) ===
+
+/// The most important class present is admitted whole while it alone arrives at no more
+/// than this share of what the app completes: a cut that drains a backlog, or the noise of
+/// one window, must not reach into it.
+const TOP_CLASS_FITS: f64 = 0.9;
+
+impl Controller {
+    /// `next`, or the level that admits the whole of the most important business class
+    /// that arrived if that is higher and the class alone fits the app (see
+    /// [`TOP_CLASS_FITS`]). A dip into the top class refuses the requests that matter most,
+    /// and callers that cache this level refuse them too until they hear otherwise.
+    fn keep_top_class(
+        &self,
+        next: AdmissionLevel,
+        histogram: &[u32],
+        w: &WindowSummary,
+    ) -> AdmissionLevel {
+        let Some(capacity) = self.capacity_per_sec else { return next };
+        let Some(first) = histogram.iter().position(|&n| n > 0) else { return next };
+        let class = usize::from(top_class(histogram));
+        let end = (class + 1) * USER_LEVELS as usize;
+        let top: u64 = histogram[first..end].iter().map(|&n| u64::from(n)).sum();
+        let whole = AdmissionLevel::from_compound((end - 1) as u16).unwrap_or(next);
+        if (top as f64) <= TOP_CLASS_FITS * capacity * secs(w) {
+            next.max(whole)
+        } else {
+            next
+        }
+    }
+}
+
+/// The most important business class that arrived (255 when nothing did).
+fn top_class(histogram: &[u32]) -> u8 {
+    histogram
+        .iter()
+        .position(|&n| n > 0)
+        .map_or(u8::MAX, |c| (c / USER_LEVELS as usize).min(255) as u8)
+}
+
+// === impl Controller (silence) ===
+
+impl Controller {
+    /// Nothing arrived and nobody waits: there is nothing to refuse, so the level moves
+    /// towards open in proportion to the silence, fully open after half a nominal window
+    /// of silent windows (see [`relaxed_in_silence`]; with the window that held the last
+    /// requests, within about a window of the last of them).
+    fn relax_in_silence(&mut self, current: AdmissionLevel, duration_ns: u64) -> AdmissionLevel {
+        let (from, silent_ns) = self.silence.unwrap_or((current, 0));
+        let silent_ns = silent_ns.saturating_add(duration_ns);
+        self.silence = Some((from, silent_ns));
+        let full_after = (self.window_secs * 1e9 / 2.0) as u64;
+        relaxed_in_silence(from, silent_ns, full_after).max(current)
+    }
+}
+
+/// The level after `silent_ns` of silence that began at `from`: the way to fully open in
+/// proportion to the silence, all of it after `full_after_ns`. A lull between bursts moves
+/// it a little; an idle sidecar (a second of silence by default) is open, so the first
+/// requests after an idle spell are admitted and its status says so.
+pub fn relaxed_in_silence(
+    from: AdmissionLevel,
+    silent_ns: u64,
+    full_after_ns: u64,
+) -> AdmissionLevel {
+    if silent_ns >= full_after_ns {
+        return AdmissionLevel::FULLY_OPEN;
+    }
+    let (start, open) =
+        (u64::from(from.compound()), u64::from(AdmissionLevel::FULLY_OPEN.compound()));
+    let moved = (open.saturating_sub(start) as u128 * u128::from(silent_ns)
+        / u128::from(full_after_ns.max(1))) as u64;
+    AdmissionLevel::from_compound((start + moved).min(open) as u16)
+        .unwrap_or(AdmissionLevel::FULLY_OPEN)
 }
 
 // === impl Controller (capacity law) ===

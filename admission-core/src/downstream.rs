@@ -11,12 +11,19 @@
 //!   values is bounded too. Responses from any further authority are not cached (their
 //!   requests are never refused locally: the downstream refuses them itself) and are
 //!   aggregated in one counter, [`LevelCounters::uncached`].
+//! - **A dip into the top class is short-lived.** A level lower than the fresh one it
+//!   replaces that cuts into the most important business class this caller has sent (a
+//!   callee settling, a one-window dip) is kept for an eighth of `expiry` only: cached for
+//!   the full expiry, one bad window would refuse the requests that matter most at every
+//!   caller for two seconds, while the callee itself may already admit them again. Past
+//!   that, the next such request goes out and brings news; the same level again (a cut that
+//!   holds) is kept for the whole expiry.
 //! - **Allocation-free hot path.** [`DownstreamLevels::should_refuse`] is a read lock, a
-//!   hash lookup by `&str` and one atomic load. Only the first response from a new
-//!   authority allocates (its slot).
+//!   hash lookup by `&str` and one atomic load (and a relaxed load to track the top class).
+//!   Only the first response from a new authority allocates (its slot).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 use std::sync::RwLock;
 use std::time::Duration;
 
@@ -27,6 +34,9 @@ use crate::priority::{AdmissionLevel, HeaderValueError, Priority};
 pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(2);
 /// Default bound on the authorities with a cached level.
 pub const DEFAULT_MAX_AUTHORITIES: usize = 64;
+
+/// A level cutting into the top class seen is kept for `expiry / TOP_CLASS_EXPIRY_DIVISOR`.
+pub const TOP_CLASS_EXPIRY_DIVISOR: u64 = 8;
 
 /// What one response's level header did to the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +68,8 @@ pub struct DownstreamLevels<C: Clock> {
     clock: C,
     expiry_micros: u64,
     max_authorities: usize,
+    /// The most important business class asked about so far (255 before any).
+    top_class: AtomicU8,
     slots: RwLock<HashMap<Box<str>, Slot>>,
     cached: AtomicU64,
     uncached: AtomicU64,
@@ -87,6 +99,7 @@ impl<C: Clock> DownstreamLevels<C> {
             clock,
             expiry_micros: (expiry.as_micros() as u64).max(1),
             max_authorities,
+            top_class: AtomicU8::new(u8::MAX),
             slots: RwLock::new(HashMap::with_capacity(max_authorities.min(1024))),
             cached: AtomicU64::new(0),
             uncached: AtomicU64::new(0),
@@ -134,6 +147,9 @@ impl<C: Clock> DownstreamLevels<C> {
     /// `true` iff a fresh cached level of `authority` does not admit `priority`.
     #[inline]
     pub fn should_refuse(&self, authority: &str, priority: Priority) -> bool {
+        if priority.business < self.top_class.load(Relaxed) {
+            self.top_class.fetch_min(priority.business, Relaxed);
+        }
         self.level(authority).is_some_and(|level| !level.admits(priority))
     }
 
@@ -175,13 +191,29 @@ impl<C: Clock> DownstreamLevels<C> {
         }
     }
 
+    /// The word to store for `level`, replacing `old` (a slot's state).
+    fn state_for(&self, level: AdmissionLevel, old: u64) -> u64 {
+        let top = self.top_class.load(Relaxed);
+        // A dip: lower than the fresh level it replaces, into the top class asked about
+        // (255: nothing asked yet, or only unmarked traffic, the least important class).
+        let dip = self.fresh(old).is_some_and(|old| level < old)
+            && top != u8::MAX
+            && level.priority().business <= top;
+        let expiry = if dip {
+            (self.expiry_micros / TOP_CLASS_EXPIRY_DIVISOR).max(1)
+        } else {
+            self.expiry_micros
+        };
+        let expires_at = self.now_micros().saturating_add(expiry);
+        (expires_at << LEVEL_BITS) | (level.compound() as u64 + 1)
+    }
+
     fn store(&self, authority: &str, level: AdmissionLevel) -> Observation {
-        let expires_at = self.now_micros().saturating_add(self.expiry_micros);
-        let state = (expires_at << LEVEL_BITS) | (level.compound() as u64 + 1);
+        let state = self.state_for(level, 0);
         {
             let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
             if let Some(slot) = slots.get(authority) {
-                slot.state.store(state, Relaxed);
+                slot.state.store(self.state_for(level, slot.state.load(Relaxed)), Relaxed);
                 return Observation::Cached(level);
             }
             if slots.len() >= self.max_authorities {
@@ -191,7 +223,7 @@ impl<C: Clock> DownstreamLevels<C> {
         let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
         // Re-checked under the write lock: another response may have taken the last slot.
         if let Some(slot) = slots.get(authority) {
-            slot.state.store(state, Relaxed);
+            slot.state.store(self.state_for(level, slot.state.load(Relaxed)), Relaxed);
             return Observation::Cached(level);
         }
         if slots.len() >= self.max_authorities {
@@ -259,6 +291,29 @@ mod tests {
         clock.advance(Duration::from_millis(1));
         assert!(!c.should_refuse("b:80", p(4, 0)), "expired: probed again");
         assert_eq!(c.level("b:80"), None);
+    }
+
+    #[test]
+    fn a_dip_into_the_top_class_is_cached_briefly() {
+        let (c, clock) = cache(4);
+        // The caller sends business 1 and 3; the callee was open.
+        assert!(!c.should_refuse("b", p(1, 90)));
+        assert!(!c.should_refuse("b", p(3, 0)));
+        c.observe("b", [&b"255.127"[..]]);
+        c.observe("b", [&b"1.60"[..]]);
+        assert!(c.should_refuse("b", p(1, 90)), "refused while the news is fresh");
+        clock.advance(DEFAULT_EXPIRY / TOP_CLASS_EXPIRY_DIVISOR as u32);
+        assert!(!c.should_refuse("b", p(1, 90)), "a dip into the top class ages fast");
+        // A cut below the top class keeps the whole expiry.
+        c.observe("b", [&b"2.10"[..]]);
+        clock.advance(DEFAULT_EXPIRY - Duration::from_millis(1));
+        assert!(c.should_refuse("b", p(3, 0)));
+        assert!(!c.should_refuse("b", p(2, 10)));
+        // A dip confirmed by the next answer (the cut holds) keeps the whole expiry too.
+        c.observe("b", [&b"1.60"[..]]);
+        c.observe("b", [&b"1.60"[..]]);
+        clock.advance(DEFAULT_EXPIRY - Duration::from_millis(1));
+        assert!(c.should_refuse("b", p(1, 90)));
     }
 
     #[test]
@@ -334,9 +389,10 @@ mod tests {
     }
 
     proptest! {
-        /// Against a naive model (a map of authority -> (level, time seen), first `max`
-        /// authorities only): the cache refuses exactly what the model's fresh level does
-        /// not admit, garbage and repeats never change a verdict, and at most `max`
+        /// Against a naive model (a map of authority -> (level, time seen, its expiry),
+        /// first `max` authorities only; a level into the top class asked about so far
+        /// expires after an eighth): the cache refuses exactly what the model's fresh level
+        /// does not admit, garbage and repeats never change a verdict, and at most `max`
         /// authorities ever hold a slot.
         #[test]
         fn matches_a_naive_model(
@@ -345,8 +401,16 @@ mod tests {
             probes in prop::collection::vec((0usize..6, priority()), 1..20),
         ) {
             let (c, clock) = cache(max);
-            let mut model: HashMap<usize, (Priority, u64)> = HashMap::new();
+            let mut model: HashMap<usize, (Priority, u64, u64)> = HashMap::new();
             let mut now_ms = 0u64;
+            let mut top = u8::MAX;
+            let fresh_at = |m: &HashMap<usize, (Priority, u64, u64)>, a: usize, now: u64| {
+                m.get(&a).filter(|(_, at, exp)| now < at + exp).map(|(l, _, _)| *l)
+            };
+            let expiry = |l: Priority, old: Option<Priority>, top: u8| {
+                let dip = old.is_some_and(|o| l < o) && top != u8::MAX && l.business <= top;
+                if dip { 250 } else { 2000 }
+            };
             let name = |a: usize| format!("svc-{a}:8080");
             for s in steps {
                 match s {
@@ -354,7 +418,8 @@ mod tests {
                         let v = AdmissionLevel::new(l).encode();
                         c.observe(&name(a), [v.as_bytes()]);
                         if model.contains_key(&a) || model.len() < max {
-                            model.insert(a, (l, now_ms));
+                            let exp = expiry(l, fresh_at(&model, a, now_ms), top);
+                            model.insert(a, (l, now_ms, exp));
                         }
                     }
                     Step::Garbage(a, g) => {
@@ -362,7 +427,8 @@ mod tests {
                         if let Ok(l) = AdmissionLevel::parse(&g) {
                             prop_assert!(matches!(o, Observation::Cached(_) | Observation::Uncached(_)));
                             if model.contains_key(&a) || model.len() < max {
-                                model.insert(a, (l.priority(), now_ms));
+                                let old = fresh_at(&model, a, now_ms);
+                                model.insert(a, (l.priority(), now_ms, expiry(l.priority(), old, top)));
                             }
                         } else {
                             prop_assert!(matches!(o, Observation::Malformed(_)));
@@ -382,9 +448,10 @@ mod tests {
                 }
                 prop_assert!(c.len() <= max);
                 for &(a, q) in &probes {
-                    let fresh = model.get(&a).filter(|(_, at)| now_ms < at + 2000);
-                    let want = fresh.is_some_and(|(l, _)| q > *l);
+                    let fresh = model.get(&a).filter(|(_, at, exp)| now_ms < at + exp);
+                    let want = fresh.is_some_and(|(l, _, _)| q > *l);
                     prop_assert_eq!(c.should_refuse(&name(a), q), want);
+                    top = top.min(q.business);
                 }
             }
         }

@@ -297,12 +297,14 @@ impl<C: Clock> AdmissionEngine<C> {
         }
     }
 
-    /// Early re-open condition: the level is cut, yet the queue has been empty for two
-    /// early-close periods (and the window is at least that old), while the app completed
-    /// under 80% of its capacity estimate.
+    /// Early re-open condition: the level is cut (or open but still reported overloaded,
+    /// as after a spike's last window), yet the queue has been empty for two early-close
+    /// periods (and the window is at least that old), while the app completed under 80% of
+    /// its capacity estimate.
     fn app_has_room(&self, now: Nanos, age: u64, depth: usize) -> bool {
         let min = 2 * self.early_close_ns;
-        if depth > 0 || age < min || self.level() == AdmissionLevel::FULLY_OPEN {
+        let settled = self.level() == AdmissionLevel::FULLY_OPEN && !self.overloaded();
+        if depth > 0 || age < min || settled {
             return false;
         }
         let capacity = f64::from_bits(self.capacity_bits.load(Relaxed));

@@ -404,8 +404,13 @@ mod gate_and_limit {
             let mut now = 0u64;
             for (op, x) in ops {
                 match op {
-                    0 => l.on_dispatch(x as usize),
-                    1 => l.on_response(Duration::from_micros(x * 100)),
+                    0 => l.on_response(now, Duration::from_micros(x * 100), Duration::ZERO, x as usize),
+                    1 => l.on_response(
+                        now,
+                        Duration::from_micros(x * 100),
+                        Duration::from_micros(x * 37),
+                        l.limit(),
+                    ),
                     2 => l.on_waiting(),
                     _ => now += x * MS,
                 }

@@ -281,9 +281,13 @@ fn decide(
             _ => return Decision::cannot(format!("{MAX_INFLIGHT}: want 1-1000000, got {v:?}")),
         }
     }
+    let mut entry = false;
     match annotation(ENTRY).map(str::trim) {
         None => {}
-        Some(v) if is_true(v) => extra_args.push("--entry".into()),
+        Some(v) if is_true(v) => {
+            extra_args.push("--entry".into());
+            entry = true;
+        }
         Some(v) if is_false(v) => {}
         Some(v) => {
             return Decision::cannot(format!("{ENTRY}: want \"true\" or \"false\", got {v:?}"))
@@ -406,6 +410,11 @@ fn decide(
         }
     }
     let mut new_labels = template.pod_labels.clone();
+    // The entry label the chart's NetworkPolicy selects on (entries are reachable from
+    // outside the mesh; inner hops only from weir pods), as the chart's own pods carry it.
+    if entry {
+        new_labels.insert(ENTRY.into(), "true".into());
+    }
     new_labels
         .retain(|k, v| labels.and_then(|l| l.get(k)).and_then(Value::as_str) != Some(v.as_str()));
     add_entries(&mut add, "/metadata/labels", labels.is_some(), &new_labels);

@@ -173,7 +173,8 @@ pub struct InboundTimeouts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum AppProtocol {
-    /// HTTP/2 (h2c) for HTTP/2 and gRPC callers, HTTP/1.1 otherwise.
+    /// HTTP/1.1 for HTTP/1.1 callers; for HTTP/2 and gRPC callers h2c if the app speaks it
+    /// (probed and remembered: [`crate::app_protocol`]), else HTTP/1.1.
     #[default]
     Auto,
     /// Always HTTP/1.1.

@@ -1,12 +1,12 @@
 //! The proxy's half of the control loop: it drives the in-flight limit from the app's own
-//! response times ([`AdaptiveLimit`]) and feeds the engine what the request path alone
-//! cannot show it: the queue's depth and the age of its oldest waiter (so a stalled app,
-//! from which nothing leaves the queue, reads as overloaded), and the app's completions
-//! (what the capacity law aims at).
+//! time ([`AdaptiveLimit`]: response time less the waits on downstreams) and feeds the
+//! engine what the request path alone cannot show it: the queue's depth and the age of its
+//! oldest waiter (so a stalled app, from which nothing leaves the queue, reads as
+//! overloaded), and the app's completions (what the capacity law aims at).
 //!
 //! The window timer calls [`ControlLoop::tick`] every 50 ms; the request path calls
-//! [`ControlLoop::on_dispatch`], [`ControlLoop::on_queued`] and
-//! [`ControlLoop::on_response`]. Everything here is a short lock around a pure struct.
+//! [`ControlLoop::on_queued`] and [`ControlLoop::on_response`]. Everything here is a short
+//! lock around a pure struct.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -55,29 +55,28 @@ impl ControlLoop {
         self.adaptive().status()
     }
 
-    /// A request got its slot; `inflight` counts it.
-    pub fn on_dispatch(&self, inflight: usize) {
-        self.adaptive().on_dispatch(inflight);
-    }
-
     /// A request had to wait for a slot: the limit binds.
     pub fn on_queued(&self) {
         self.adaptive().on_waiting();
     }
 
-    /// The app's response headers arrived `rtt` after dispatch.
+    /// The app's response headers arrived `rtt` after dispatch, of which it spent
+    /// `downstream` waiting on its downstreams.
     pub fn on_response(
         &self,
         rtt: Duration,
+        downstream: Duration,
         engine: &AdmissionEngine<MonotonicClock>,
         limit: &InflightLimit,
     ) {
         engine.record_completion();
+        let now = engine.clock().now();
+        let held = limit.held();
         let next = {
             let mut adaptive = self.adaptive();
-            adaptive.on_response(rtt);
-            // A probe lasts a few milliseconds: end it on the response that sees it over.
-            adaptive.tick(engine.clock().now())
+            adaptive.on_response(now, rtt, downstream, held);
+            // A trial lasts a few of the app's times: settle it on the answer that ends it.
+            adaptive.tick(now)
         };
         if next != limit.limit() {
             limit.set_limit(next);
@@ -97,6 +96,8 @@ impl ControlLoop {
             if depth > 0 {
                 adaptive.on_waiting();
             }
+            adaptive.set_refusing(engine.level_refuses());
+            adaptive.observe_held(engine.clock().now(), limit.held());
             adaptive.tick(engine.clock().now())
         };
         if next != limit.limit() {

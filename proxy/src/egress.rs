@@ -43,6 +43,7 @@ use weir_net::drain::{self, Drain, Watch};
 
 use crate::config::SidecarConfig;
 use crate::error::StartError;
+use crate::own_time::DownstreamWaits;
 
 pub mod forward;
 pub mod loops;
@@ -80,11 +81,13 @@ impl Egress {
     /// the server skeleton ([`crate::server`]) with the egress role. `others` are the
     /// process's other listeners as bound (inbound, admin, public): with the egress's own,
     /// requests addressed to any of them are refused (see [`loops`]). `requests`: the
-    /// per-class counters the control API renders as `weir_requests_total{role="egress"}`.
+    /// per-class counters the control API renders as `weir_requests_total{role="egress"}`;
+    /// `waits`: the inbound role's pairing of the app's calls ([`crate::own_time`]).
     pub fn start(
         config: &SidecarConfig,
         others: &[SocketAddr],
         requests: Arc<AuditCounters>,
+        waits: Option<Arc<DownstreamWaits>>,
     ) -> Result<Egress, StartError> {
         let egress = &config.egress;
         let bind = |what: &'static str, addr: SocketAddr| {
@@ -108,7 +111,7 @@ impl Egress {
             others.iter().copied().chain([addr]).chain(routes.iter().map(|(_, local, _)| *local)),
         );
         let (drain, watch) = drain::channel();
-        let service = EgressService::new(config, own, watch.clone(), requests);
+        let service = EgressService::new(config, own, watch.clone(), requests, waits);
         let service = Arc::new(service.map_err(StartError::Other)?);
         let server = Arc::new(egress.server());
         let runtime = tokio::runtime::Builder::new_multi_thread()

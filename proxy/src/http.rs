@@ -10,7 +10,8 @@
 //! - the head's own checks and the forwarded headers: [`crate::forward_headers`];
 //! - the budget: [`budget`] (`grpc-timeout`, else the timeout header, else the role's
 //!   default; parsed in [`crate::deadline`]);
-//! - [`protocol`]: HTTP/1.1 or h2c towards the app or the downstream;
+//! - HTTP/1.1 or h2c towards the app or the downstream: [`crate::app_protocol`] (probed
+//!   under `auto`, one `Upstream` per address);
 //! - [`respond`]: a response of weir's own (refusals and errors: [`crate::refusal`]).
 //!
 //! Named `http` like the crate it builds on: paths in this crate say `crate::http::` for
@@ -19,11 +20,10 @@
 use std::time::Duration;
 
 use http::header::CONTENT_TYPE;
-use http::{HeaderMap, HeaderName, Method, Response, StatusCode, Version};
+use http::{HeaderMap, HeaderName, Method, Response, StatusCode};
 
-use crate::app_client::Protocol;
 use crate::body::ResponseBody;
-use crate::config::{AppProtocol, HeaderNames};
+use crate::config::HeaderNames;
 use crate::refusal::WeirError;
 
 /// The wire names of `inbound.headers` (both roles read and write the same ones).
@@ -79,17 +79,6 @@ pub fn budget(
     crate::deadline::caller_budget(headers, timeout_header, default, max)
 }
 
-/// The protocol towards the app (or a downstream): `auto` follows the caller (h2c for
-/// HTTP/2 and gRPC callers, HTTP/1.1 otherwise).
-#[inline]
-pub fn protocol(choice: AppProtocol, caller: Version) -> Protocol {
-    match choice {
-        AppProtocol::Auto if caller == Version::HTTP_2 => Protocol::H2c,
-        AppProtocol::Auto | AppProtocol::Http1 => Protocol::Http1,
-        AppProtocol::H2c => Protocol::H2c,
-    }
-}
-
 /// A response of weir's own: `status`, `headers`, no body.
 pub fn respond(status: StatusCode, headers: HeaderMap) -> Response<ResponseBody> {
     let mut resp = Response::new(ResponseBody::empty());
@@ -113,11 +102,7 @@ mod tests {
     }
 
     #[test]
-    fn auto_follows_the_caller_and_connect_is_refused() {
-        assert_eq!(protocol(AppProtocol::Auto, Version::HTTP_2), Protocol::H2c);
-        assert_eq!(protocol(AppProtocol::Auto, Version::HTTP_11), Protocol::Http1);
-        assert_eq!(protocol(AppProtocol::Http1, Version::HTTP_2), Protocol::Http1);
-        assert_eq!(protocol(AppProtocol::H2c, Version::HTTP_10), Protocol::H2c);
+    fn connect_is_refused() {
         assert_eq!(check_method(&Method::CONNECT), Err(WeirError::MethodNotAllowed));
         assert_eq!(check_method(&Method::GET), Ok(()));
     }

@@ -8,7 +8,12 @@
 //! The order does not change the mean wait: the queue is work-conserving (a slot never
 //! idles while someone waits), so the mean queuing time the detector averages is the same
 //! as FIFO's; only who waits changes. The limit can change at run time (the adaptive limit
-//! that follows will drive it).
+//! drives it).
+//!
+//! A request whose app is waiting on a downstream call (seen by the egress role) lends its
+//! slot: the limit bounds the requests the app is working on, not those it waits for, so a
+//! slow downstream does not hold the app's own work back. Lent or not, no more than the
+//! ceiling (`max_inflight`) are ever at the app.
 //!
 //! The common case costs no lock: while nobody waits, taking a slot is a compare-exchange
 //! below the limit and giving it back is one decrement. The queue sits behind one short
@@ -37,6 +42,10 @@ pub struct InflightLimit {
     /// raised by [`InflightLimit::try_take`] (so it passes `limit` only when the limit drops).
     inflight: AtomicUsize,
     limit: AtomicUsize,
+    /// Slots lent by requests waiting on a downstream: they do not count against `limit`...
+    lent: AtomicUsize,
+    /// ...but everything held does against this.
+    ceiling: AtomicUsize,
     /// `state.waiting.len()`, written under the lock, read without it by the fast paths.
     waiters: AtomicUsize,
     state: Mutex<State>,
@@ -70,6 +79,8 @@ impl InflightLimit {
         Arc::new(InflightLimit {
             inflight: AtomicUsize::new(0),
             limit: AtomicUsize::new(max_inflight.max(1)),
+            lent: AtomicUsize::new(0),
+            ceiling: AtomicUsize::new(max_inflight.max(1)),
             waiters: AtomicUsize::new(0),
             state: Mutex::new(State { max_queued, waiting: Waiting::default() }),
         })
@@ -131,11 +142,49 @@ impl InflightLimit {
         self.inflight.load(SeqCst)
     }
 
-    /// Takes a slot if one is free under the limit.
+    /// Requests holding a slot that the app is working on (not lent).
+    pub fn held(&self) -> usize {
+        self.inflight.load(SeqCst).saturating_sub(self.lent.load(SeqCst))
+    }
+
+    /// Slots lent now.
+    pub fn lent(&self) -> usize {
+        self.lent.load(SeqCst)
+    }
+
+    /// A request at the app now waits on a downstream: its slot counts against the ceiling
+    /// only, and may go to a waiter.
+    pub fn lend(&self) {
+        self.lent.fetch_add(1, SeqCst);
+        if self.waiters.load(SeqCst) > 0 {
+            let mut wake = Vec::new();
+            self.grant_locked(&mut self.state(), &mut wake);
+            wake.into_iter().for_each(Waker::wake);
+        }
+    }
+
+    /// The downstream answered: the slot counts against the limit again (slots beyond it
+    /// are retired as their requests finish).
+    pub fn unlend(&self) {
+        let _ = self.lent.fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1));
+    }
+
+    /// The hard cap on slots held, lent ones included.
+    pub fn ceiling(&self) -> usize {
+        self.ceiling.load(SeqCst)
+    }
+
+    pub fn set_ceiling(&self, n: usize) {
+        self.ceiling.store(n.max(1), SeqCst);
+    }
+
+    /// Takes a slot if one is free under the limit (plus what is lent, within the ceiling).
     fn try_take(&self) -> bool {
         let mut held = self.inflight.load(SeqCst);
         loop {
-            if held >= self.limit.load(SeqCst) {
+            let cap =
+                (self.limit.load(SeqCst) + self.lent.load(SeqCst)).min(self.ceiling.load(SeqCst));
+            if held >= cap {
                 return false;
             }
             match self.inflight.compare_exchange_weak(held, held + 1, SeqCst, SeqCst) {
@@ -176,6 +225,8 @@ impl InflightLimit {
     /// are retired as their requests finish.
     pub fn set_limit(&self, new: usize) {
         self.limit.store(new.max(1), SeqCst);
+        // A limit set above the ceiling (by hand) is the ceiling from now on.
+        self.ceiling.fetch_max(new.max(1), SeqCst);
         let mut wake = Vec::new();
         self.grant_locked(&mut self.state(), &mut wake);
         wake.into_iter().for_each(Waker::wake);

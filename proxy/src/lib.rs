@@ -17,12 +17,17 @@
 //!   [`app_client`] (the pooled client to the app or a downstream) and [`body`] (bodies
 //!   with bounded waits).
 //! - [`shared`]: state shared by the request path, the admin API and the drain.
+//! - [`app_protocol`]: `app_protocol: auto`: what the app (or a downstream) speaks, probed
+//!   and remembered (both roles).
+//! - [`own_time`]: the app's own time, less its waits on downstreams (with the egress role),
+//!   for the adaptive limit.
 //! - [`telemetry`]: metrics and logs.
 //! - [`config`]: the one YAML configuration and its validation; a leaf (it imports nothing
 //!   of this crate).
 
 pub mod admin;
 pub mod app_client;
+pub mod app_protocol;
 pub mod app_time;
 pub mod body;
 pub mod cli;
@@ -35,6 +40,7 @@ pub mod error;
 mod forward_headers;
 pub mod http;
 pub mod inflight;
+pub mod own_time;
 mod plane;
 pub mod priority;
 pub mod refusal;

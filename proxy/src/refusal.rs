@@ -68,6 +68,9 @@ pub enum WeirError {
 /// docs/design.md ("Wire contract").
 pub const WEIR_ERROR: HeaderName = HeaderName::from_static("x-weir-error");
 
+/// Carried by every refusal: Envoy's router never retries a response that has it.
+pub const ENVOY_OVERLOADED: HeaderName = HeaderName::from_static("x-envoy-overloaded");
+
 impl WeirError {
     pub const ALL: [WeirError; 17] = [
         WeirError::AppUnreachable,
@@ -204,8 +207,12 @@ impl Refusals {
     /// the level layer). gRPC callers get `200` with `grpc-status` in the headers and no
     /// body at all: a trailers-only response, one HEADERS frame with END_STREAM.
     pub fn refusal_head(&self, grpc: bool, reason: ShedReason) -> (StatusCode, HeaderMap) {
-        let mut headers = HeaderMap::with_capacity(6);
+        let mut headers = HeaderMap::with_capacity(7);
         headers.insert(self.shed_name.clone(), HeaderValue::from_static(reason.as_str()));
+        // Envoy (Istio's sidecar) never retries a response carrying this header, whatever its
+        // retry policy says: Istio's default policy retries every 503 twice, which would
+        // triple the load a refusal was meant to take away (docs/mesh.md, "Retries").
+        headers.insert(ENVOY_OVERLOADED, HeaderValue::from_static("true"));
         if grpc {
             headers
                 .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));

@@ -32,7 +32,8 @@ use admission_core::{AdmissionLevel, Decision, Priority};
 use http::{HeaderName, Method, Request, Response};
 use hyper::body::{Body, Incoming};
 
-use crate::app_client::{ClientSettings, Endpoint};
+use crate::app_client::{ClientSettings, Endpoint, Protocol};
+use crate::app_protocol::{self, Choice, Upstream};
 use crate::body::{EarlyBody, PumpEvent, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::http::{respond, Names};
@@ -68,6 +69,8 @@ pub struct Inbound {
     overload_max_wait: Duration,
     app: Endpoint,
     app_protocol: AppProtocol,
+    /// What the app speaks (`app_protocol: auto`), probed and remembered.
+    app_speaks: Upstream,
     max_queued_per_connection: usize,
     body_read: Duration,
     write: Duration,
@@ -126,6 +129,7 @@ impl Inbound {
             overload_max_wait: inbound.overload_max_wait,
             app: Endpoint::new(inbound.app, settings),
             app_protocol: inbound.app_protocol,
+            app_speaks: Upstream::new(inbound.app, inbound.timeouts.app_connect),
             max_queued_per_connection: inbound.max_queued_per_connection,
             body_read: inbound.timeouts.body_read,
             write: inbound.timeouts.write,
@@ -175,6 +179,19 @@ impl Inbound {
             Decision::WouldShed => true,
             Decision::Shed => return self.refuse(grpc, ShedReason::Overload, priority),
         };
+
+        // Protocol to the app: under `auto`, the first HTTP/2 request may wait for the probe
+        // (bounded by the connect timeout and the budget), before it takes a slot.
+        let headers = &parts.headers;
+        let protocol =
+            match self.app_speaks.choose(self.app_protocol, parts.version, headers, deadline).await
+            {
+                Choice::Send(protocol) => protocol,
+                Choice::GrpcNeedsH2 => {
+                    let (status, headers) = app_protocol::grpc_needs_h2_head();
+                    return respond(status, headers);
+                }
+            };
 
         // Queue.
         let (slot, queued) = match self.shared.limit.try_slot() {
@@ -267,9 +284,10 @@ impl Inbound {
 
         // App. What shadow mode forwards although enforcing would not have may be past its
         // budget already; it gets the task timeout, as if weir were not there.
-        let exchange = AppExchange::new(slot, now, self.shared.clone());
+        let visit = self.shared.waits.as_ref().and_then(|w| w.visit(&mut parts.headers));
+        let exchange = AppExchange::new(slot, now, self.shared.clone(), visit);
         let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
-        self.forward(parts, body, deadline, exchange, grpc).await
+        self.forward(parts, body, protocol, deadline, exchange, grpc).await
     }
 
     /// The priority layer. Entry: the table's verdict replaces whatever the client claimed
@@ -448,11 +466,11 @@ impl Inbound {
         &self,
         parts: http::request::Parts,
         body: EarlyBody,
+        protocol: Protocol,
         deadline: Instant,
         mut exchange: AppExchange,
         grpc: bool,
     ) -> Early {
-        let protocol = crate::http::protocol(self.app_protocol, parts.version);
         let remaining = deadline.saturating_duration_since(Instant::now());
         let head_request = parts.method == Method::HEAD;
         let body = body.into_request_body(self.body_read).until(deadline);
@@ -470,6 +488,10 @@ impl Inbound {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, "app request failed");
+                if matches!(e, crate::app_client::ClientError::Http(_)) {
+                    // Perhaps the app no longer speaks what it was found to speak.
+                    self.app_speaks.suspect();
+                }
                 exchange.failed();
                 // The caller's own body is not the app's fault: 400 / 408 / 504, not 502.
                 let error = caller_body.failure().map_or(e.app_error(), |f| f.error());

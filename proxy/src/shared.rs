@@ -11,6 +11,7 @@ use weir_net::drain::{Tracked, Watch};
 use crate::app_time::AppTime;
 use crate::control_loop::ControlLoop;
 use crate::inflight::InflightLimit;
+use crate::own_time::DownstreamWaits;
 
 /// State shared by the request path, the admin API and the drain logic.
 pub struct Shared {
@@ -26,6 +27,9 @@ pub struct Shared {
     pub table: Arc<TableStore>,
     /// How long the app typically takes per request.
     pub app_time: AppTime,
+    /// With the egress role on: the app's waits on its downstreams, paired with the
+    /// inbound requests they serve (see [`crate::own_time`]).
+    pub waits: Option<Arc<DownstreamWaits>>,
     /// The inbound drain: signalled when the inbound listener stops accepting (after the
     /// drain delay); it tracks the requests inside the sidecar (queued or in flight, until
     /// their response head), which the drain waits for.

@@ -17,6 +17,7 @@ use crate::config::SidecarConfig;
 use crate::control_loop::ControlLoop;
 pub use crate::error::StartError;
 use crate::inflight::InflightLimit;
+use crate::own_time::DownstreamWaits;
 use crate::plane::HyperPlane;
 pub use crate::shared::{ActiveRequest, Shared};
 use crate::shutdown::StopKind;
@@ -53,27 +54,25 @@ impl Sidecar {
         let metrics = ProxyMetrics::register();
         let table = crate::admin::initial_table(&config)?;
         let engine = AdmissionEngine::with_config(&config.admission);
-        // An app that calls downstreams (through this sidecar's egress) answers as slowly as
-        // they do: a limit inferred from its response times would queue, and shed, here for
-        // their overload, which their own sidecars and the egress already handle.
-        let adaptive = config.inbound.adaptive_inflight && !config.egress.enabled;
-        if config.inbound.adaptive_inflight && !adaptive {
-            tracing::info!(
-                max_inflight = config.inbound.max_inflight,
-                "adaptive in-flight limit off: the egress role is on, so the app's response \
-                 time includes its downstreams'"
-            );
-        }
-        let control = ControlLoop::new(config.inbound.max_inflight, adaptive, engine.clock().now());
+        let control = ControlLoop::new(
+            config.inbound.max_inflight,
+            config.inbound.adaptive_inflight,
+            engine.clock().now(),
+        );
+        let limit = InflightLimit::new(control.limit(), config.inbound.max_queued);
+        // With the egress role on, the app's calls are paired with the requests they serve,
+        // so the limit sees the app's own time, not its downstreams'.
+        let waits = config.egress.enabled.then(|| DownstreamWaits::new(limit.clone()));
         let (drain, watch) = weir_net::drain::channel();
         let shared = Arc::new(Shared {
-            limit: InflightLimit::new(control.limit(), config.inbound.max_queued),
+            limit,
             engine,
             control,
             audit: Arc::new(AuditCounters::new()),
             egress_audit: Arc::new(AuditCounters::new()),
             table: TableStore::new(table),
             app_time: AppTime::with_cap(config.inbound.task_timeout),
+            waits: waits.clone(),
             drain: watch,
             ready: AtomicBool::new(false),
         });
@@ -88,7 +87,7 @@ impl Sidecar {
             let own: Vec<SocketAddr> =
                 [inbound_addr, admin_addr].into_iter().chain(admin.public_addr()).collect();
             let requests = shared.egress_audit.clone();
-            Some(crate::egress::Egress::start(&config, &own, requests)?)
+            Some(crate::egress::Egress::start(&config, &own, requests, waits)?)
         } else {
             None
         };
@@ -144,6 +143,7 @@ impl Sidecar {
     pub fn set_max_inflight(&self, n: usize) {
         // A limit set by hand stays: the adaptive limit stops moving it.
         self.shared.control.set_fixed(n, self.shared.engine.clock().now());
+        self.shared.limit.set_ceiling(n);
         self.shared.limit.set_limit(n);
     }
 

@@ -793,6 +793,14 @@ impl Metrics {
     pub fn first(&self, name: &str) -> Option<f64> {
         self.0.iter().find(|(n, _, _)| n == name).map(|(_, _, v)| *v)
     }
+
+    /// Every series called `name`: its labels and value.
+    pub fn series<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> impl Iterator<Item = (&'a BTreeMap<String, String>, f64)> + 'a {
+        self.0.iter().filter(move |(n, _, _)| n == name).map(|(_, l, v)| (l, *v))
+    }
 }
 
 fn parse_labels(text: &str) -> BTreeMap<String, String> {
@@ -806,7 +814,8 @@ fn parse_labels(text: &str) -> BTreeMap<String, String> {
     labels
 }
 
-async fn fetch_metrics(
+/// One scrape of a sidecar's `/metrics`, bounded by 1 s; `None` when it failed.
+pub(crate) async fn fetch_metrics(
     client: &Client<HttpConnector, Empty<Bytes>>,
     admin: SocketAddr,
 ) -> Option<Metrics> {
@@ -1017,6 +1026,9 @@ mod tests {
         assert_eq!(m.first("weir_downstream_level"), Some(200.0));
         assert_eq!(m.first("weir_admission_level"), Some(32767.0));
         assert_eq!(m.first("weir_nothing"), None);
+        let levels: Vec<_> = m.series("weir_downstream_level").collect();
+        assert_eq!(levels.len(), 1);
+        assert_eq!(levels[0].0.get("authority").map(String::as_str), Some("127.0.0.1:9"));
     }
 
     #[test]

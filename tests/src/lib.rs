@@ -8,6 +8,9 @@
 //! - [`scenario`], [`report`], [`plot`]: the overload benchmark and its outputs.
 //! - [`egress_bench`]: the chain, fan-out and expiry benchmark through two sidecars;
 //!   [`bench_cli`]: the runners' shared command-line pieces.
+//! - [`noharm`]: weir's shipped defaults against direct in front of healthy apps.
+//! - [`multihop`]: entry -> costly middle hop -> bottleneck / healthy service, five
+//!   contenders, steady, M^k, step and retrying clients.
 //!
 //! Everything here targets 127.0.0.1 only, and every run has a fixed duration.
 
@@ -15,6 +18,8 @@ pub mod bench_cli;
 pub mod contender;
 pub mod egress_bench;
 pub mod fairness;
+pub mod multihop;
+pub mod noharm;
 pub mod overhead;
 pub mod plot;
 pub mod procfs;

@@ -2,8 +2,10 @@
 //! workloads (protocol x connections x body size), and the side-by-side report built from the
 //! rounds: per-metric medians, each as a ratio to nginx.
 //!
-//! The client is `wrk` for HTTP/1.1 when installed, else (and always for h2c) the Rust
-//! client here. The app is [`serve_zero_work`]: no work, a tiny or a 4 KiB answer.
+//! The client is `wrk` for HTTP/1.1 when installed, else the Rust client here; for h2c,
+//! `h2load` when the workload names its streams per connection (`h2c-c32x10`) and it is
+//! installed, else the Rust client. The app is [`serve_zero_work`] (no work, a tiny or a
+//! 4 KiB answer; HTTP/1.1 and h2c) or nginx returning 2 bytes (HTTP/1.1 only).
 
 use bytes::Bytes;
 use hdrhistogram::Histogram;
@@ -39,9 +41,12 @@ pub enum BodySize {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Workload {
     pub protocol: Protocol,
-    /// Closed loops at once (HTTP/1.1: connections; h2c: streams, 16 per connection).
+    /// Closed loops at once (HTTP/1.1: connections; h2c: streams, 16 per connection), or
+    /// with `streams`, h2c connections.
     pub connections: usize,
     pub body: BodySize,
+    /// h2c: `connections` connections of this many concurrent streams each (`h2c-c32x10`).
+    pub streams: Option<usize>,
 }
 
 impl Workload {
@@ -53,12 +58,29 @@ impl Workload {
             Some("h2c") => Protocol::H2c,
             _ => return Err(format!("{s}: expected http1-cN[-4k] or h2c-cN[-4k]")),
         };
-        let connections = parts
+        let count = parts
             .next()
             .and_then(|c| c.strip_prefix('c'))
-            .and_then(|c| c.parse::<usize>().ok())
+            .ok_or_else(|| format!("{s}: expected a connection count like c64"))?;
+        let (count, streams) = match count.split_once('x') {
+            Some((c, m)) if protocol == Protocol::H2c => (c, Some(m)),
+            Some(_) => return Err(format!("{s}: streams per connection (cNxM) are for h2c")),
+            None => (count, None),
+        };
+        let connections = count
+            .parse::<usize>()
+            .ok()
             .filter(|c| *c > 0)
             .ok_or_else(|| format!("{s}: expected a connection count like c64"))?;
+        let streams = match streams {
+            None => None,
+            Some(m) => Some(
+                m.parse::<usize>()
+                    .ok()
+                    .filter(|m| *m > 0)
+                    .ok_or_else(|| format!("{s}: expected streams like c32x10"))?,
+            ),
+        };
         let body = match parts.next() {
             None => BodySize::Tiny,
             Some("4k") => BodySize::Kib4,
@@ -67,7 +89,7 @@ impl Workload {
         if parts.next().is_some() {
             return Err(format!("{s}: too many parts"));
         }
-        Ok(Workload { protocol, connections, body })
+        Ok(Workload { protocol, connections, body, streams })
     }
 
     pub fn label(&self) -> String {
@@ -79,7 +101,8 @@ impl Workload {
             BodySize::Tiny => "",
             BodySize::Kib4 => "-4k",
         };
-        format!("{protocol}-c{}{body}", self.connections)
+        let streams = self.streams.map_or(String::new(), |m| format!("x{m}"));
+        format!("{protocol}-c{}{streams}{body}", self.connections)
     }
 
     /// Path the load asks for.
@@ -156,6 +179,9 @@ pub async fn serve_zero_work(listener: tokio::net::TcpListener) -> std::io::Resu
 pub struct ClientResult {
     pub requests: u64,
     pub errors: u64,
+    /// Of the errors, answers `503` (a proxy's refusals; h2load only: wrk does not say).
+    #[serde(default)]
+    pub refused: u64,
     pub seconds: f64,
     pub rps: f64,
     pub p50_ms: f64,
@@ -163,7 +189,8 @@ pub struct ClientResult {
 }
 
 /// `workload.connections` loops, each waiting for its answer before sending the next.
-/// h2c multiplexes the loops over `connections / 16` (at least one) connections.
+/// h2c multiplexes the loops over `connections / 16` (at least one) connections; with
+/// `streams`, `connections` connections of `streams` loops each.
 pub async fn closed_loop(
     target: SocketAddr,
     workload: Workload,
@@ -186,7 +213,11 @@ pub async fn closed_loop(
             }
         }
         Protocol::H2c => {
-            for _ in 0..connections.div_ceil(16).max(1) {
+            let (conns, per_conn) = match workload.streams {
+                Some(m) => (connections, m),
+                None => (connections.div_ceil(16).max(1), 16.min(connections)),
+            };
+            for _ in 0..conns {
                 let stream = tokio::net::TcpStream::connect(target).await?;
                 stream.set_nodelay(true)?;
                 let (sender, conn) = hyper::client::conn::http2::handshake(
@@ -195,7 +226,7 @@ pub async fn closed_loop(
                 )
                 .await?;
                 tokio::spawn(conn);
-                for _ in 0..16.min(connections) {
+                for _ in 0..per_conn {
                     let sender = Sender::H2(sender.clone());
                     tasks.spawn(loop_on(sender, workload, uri.clone(), until));
                 }
@@ -293,7 +324,54 @@ pub fn parse_wrk(output: &str) -> Option<ClientResult> {
             result.errors += rest.trim().parse::<u64>().unwrap_or(0);
         }
     }
-    (result.rps > 0.0).then_some(result)
+    // wrk counts every answer, refusals included: requests and their rate are the 2xx ones.
+    if result.errors > 0 && result.seconds > 0.0 {
+        result.requests = result.requests.saturating_sub(result.errors);
+        result.rps = result.requests as f64 / result.seconds;
+    }
+    (result.seconds > 0.0).then_some(result)
+}
+
+// === h2load ===
+
+/// Reads `h2load` (duration mode) output and its `--log-file` (one line per request: start
+/// in us since the epoch, status, us to the end of the response). Requests counts only
+/// those with a status: the ones cut off when the duration ended have none. Statuses other
+/// than 2xx are errors (a refusal is a 503); requests/s is the 2xx answers'.
+pub fn parse_h2load(output: &str, log: &str) -> Option<ClientResult> {
+    let mut result = ClientResult::default();
+    for line in output.lines().map(str::trim) {
+        if let Some(rest) = line.strip_prefix("finished in ") {
+            let mut parts = rest.split(',');
+            result.seconds = wrk_ms(parts.next()?.trim())? / 1000.0;
+        }
+    }
+    let mut latency = histogram();
+    for line in log.lines() {
+        let mut fields = line.split('\t');
+        let (_start, status, us) = (fields.next(), fields.next(), fields.next());
+        let Some(status) = status.and_then(|s| s.trim().parse::<i64>().ok()) else { continue };
+        let Some(us) = us.and_then(|s| s.trim().parse::<u64>().ok()) else { continue };
+        match status {
+            200..=299 => {
+                let _ = latency.record(us.max(1));
+            }
+            503 => {
+                result.errors += 1;
+                result.refused += 1;
+            }
+            s if s >= 100 => result.errors += 1,
+            _ => {}
+        }
+    }
+    result.requests = latency.len();
+    // h2load's own req/s counts every answer, refusals included: the rate of 2xx instead.
+    result.rps = if result.seconds > 0.0 { result.requests as f64 / result.seconds } else { 0.0 };
+    if !latency.is_empty() {
+        result.p50_ms = latency.value_at_quantile(0.5) as f64 / 1000.0;
+        result.p99_ms = latency.value_at_quantile(0.99) as f64 / 1000.0;
+    }
+    (result.seconds > 0.0).then_some(result)
 }
 
 /// "228.00us", "1.23ms", "10.00s", "1.5m" -> milliseconds.
@@ -316,6 +394,10 @@ fn wrk_ms(v: &str) -> Option<f64> {
 #[derive(Clone, Debug, Serialize)]
 pub struct Measurement {
     pub round: usize,
+    /// The app behind the proxies (`rust`: the zero-work app; `nginx`: nginx returning 2
+    /// bytes, HTTP/1.1 only).
+    #[serde(default)]
+    pub app: String,
     pub workload: Workload,
     pub contender: String,
     pub client: String,
@@ -326,11 +408,27 @@ pub struct Measurement {
     pub idle_rss_mb: Option<f64>,
     /// Right after the measured load.
     pub loaded_rss_mb: Option<f64>,
+    /// weir: `/v1/status` right after the measured load.
+    pub weir_after: Option<WeirReading>,
+}
+
+/// What weir's `/v1/status` said.
+#[derive(Clone, Debug, Serialize)]
+pub struct WeirReading {
+    pub max_inflight: u64,
+    pub level: String,
+    pub overloaded: bool,
+    /// Refusals since start (warm-up included), from `weir_requests_total{role="inbound"}`.
+    #[serde(default)]
+    pub shed_overload: u64,
+    #[serde(default)]
+    pub shed_deadline: u64,
 }
 
 /// Medians over the rounds of one contender in one workload, each metric on its own.
 #[derive(Clone, Debug, Serialize)]
 pub struct Summary {
+    pub app: String,
     pub workload: Workload,
     pub contender: String,
     pub rounds: usize,
@@ -344,6 +442,17 @@ pub struct Summary {
     pub rps_spread: f64,
     pub cpu_spread: Option<f64>,
     pub errors: u64,
+    /// Of the errors, 503s (h2load).
+    pub refused: u64,
+    /// The median over rounds of this round's requests/s (CPU per request) over nginx's in
+    /// the same round: a ratio the machine's drift between rounds does not move.
+    pub rps_vs_nginx_per_round: Option<f64>,
+    pub cpu_vs_nginx_per_round: Option<f64>,
+    /// weir: the lowest `max_inflight` read after a round.
+    pub weir_min_limit: Option<u64>,
+    /// weir: refusals over every round (warm-ups included), by reason.
+    pub weir_shed_overload: u64,
+    pub weir_shed_deadline: u64,
 }
 
 /// The median of `values` (mean of the middle two for an even count); `None` if empty.
@@ -364,25 +473,45 @@ fn spread(values: &[f64]) -> Option<f64> {
     (m > 0.0).then(|| (max - min) / m)
 }
 
-/// Per (workload, contender), in first-seen order: the median of every metric.
+/// Per (app, workload, contender), in first-seen order: the median of every metric.
 pub fn summarise(all: &[Measurement]) -> Vec<Summary> {
-    let mut keys: Vec<(Workload, String)> = Vec::new();
+    let mut keys: Vec<(String, Workload, String)> = Vec::new();
     for m in all {
-        let key = (m.workload, m.contender.clone());
+        let key = (m.app.clone(), m.workload, m.contender.clone());
         if !keys.contains(&key) {
             keys.push(key);
         }
     }
     keys.into_iter()
-        .map(|(workload, contender)| {
-            let runs: Vec<&Measurement> =
-                all.iter().filter(|m| m.workload == workload && m.contender == contender).collect();
+        .map(|(app, workload, contender)| {
+            let runs: Vec<&Measurement> = all
+                .iter()
+                .filter(|m| m.app == app && m.workload == workload && m.contender == contender)
+                .collect();
             let of = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Vec<f64> {
                 runs.iter().filter_map(|m| f(m)).collect()
             };
             let rps = of(&|m| Some(m.result.rps));
             let cpu = of(&|m| m.cpu_us_per_request);
+            // This contender's round against nginx's same round.
+            let per_round = |f: &dyn Fn(&Measurement) -> Option<f64>| -> Option<f64> {
+                let ratios: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|m| {
+                        let nginx = all.iter().find(|n| {
+                            n.round == m.round
+                                && n.app == m.app
+                                && n.workload == m.workload
+                                && n.contender == "nginx"
+                        })?;
+                        let (a, b) = (f(m)?, f(nginx)?);
+                        (b > 0.0).then(|| a / b)
+                    })
+                    .collect();
+                median(&ratios)
+            };
             Summary {
+                app,
                 workload,
                 contender,
                 rounds: runs.len(),
@@ -395,6 +524,21 @@ pub fn summarise(all: &[Measurement]) -> Vec<Summary> {
                 rps_spread: spread(&rps).unwrap_or(0.0),
                 cpu_spread: spread(&cpu),
                 errors: runs.iter().map(|m| m.result.errors).sum(),
+                refused: runs.iter().map(|m| m.result.refused).sum(),
+                rps_vs_nginx_per_round: per_round(&|m| Some(m.result.rps)),
+                cpu_vs_nginx_per_round: per_round(&|m| m.cpu_us_per_request),
+                weir_min_limit: runs
+                    .iter()
+                    .filter_map(|m| m.weir_after.as_ref().map(|w| w.max_inflight))
+                    .min(),
+                weir_shed_overload: runs
+                    .iter()
+                    .filter_map(|m| m.weir_after.as_ref().map(|w| w.shed_overload))
+                    .sum(),
+                weir_shed_deadline: runs
+                    .iter()
+                    .filter_map(|m| m.weir_after.as_ref().map(|w| w.shed_deadline))
+                    .sum(),
             }
         })
         .collect()
@@ -411,23 +555,36 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("-".into(), |v| format!("{v:.digits$}"))
 }
 
-/// The side-by-side table: medians, and ratios to nginx in the same workload.
+/// The side-by-side table: medians, and ratios to nginx in the same app and workload.
 pub fn markdown(summaries: &[Summary]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "| workload | contender | requests/s | p50 | p99 | CPU us/req | RSS idle / loaded MB | \
-         rps / nginx | p99 / nginx | CPU / nginx | idle RSS / nginx | spread rps / CPU |"
+        "| app | workload | contender | requests/s | p50 | p99 | CPU us/req | RSS idle / loaded MB | \
+         rps / nginx | p99 / nginx | CPU / nginx | idle RSS / nginx | per round: rps / CPU vs nginx | \
+         spread rps / CPU | weir limit (lowest); refused overload / deadline |"
     );
-    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ =
+        writeln!(s, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for m in summaries {
-        let nginx = summaries.iter().find(|o| o.workload == m.workload && o.contender == "nginx");
+        let nginx = summaries
+            .iter()
+            .find(|o| o.app == m.app && o.workload == m.workload && o.contender == "nginx");
         let direct = m.contender == "direct";
         let vs = |a: Option<f64>, b: Option<f64>| if direct { "-".into() } else { ratio(a, b) };
-        let errors = if m.errors > 0 { format!(" ({} errors)", m.errors) } else { String::new() };
+        let errors = match (m.errors, m.refused) {
+            (0, _) => String::new(),
+            (e, 0) => format!(" ({e} errors)"),
+            (e, r) => format!(" ({e} errors, {r} of them 503)"),
+        };
+        let per_round = match (direct, m.rps_vs_nginx_per_round) {
+            (false, Some(r)) => format!("{r:.2} / {}", opt(m.cpu_vs_nginx_per_round, 2)),
+            _ => "-".into(),
+        };
         let _ = writeln!(
             s,
-            "| {} | {}{} | {:.0} | {:.3} ms | {:.3} ms | {} | {} / {} | {} | {} | {} | {} | {:.0}% / {} |",
+            "| {} | {} | {}{} | {:.0} | {:.3} ms | {:.3} ms | {} | {} / {} | {} | {} | {} | {} | {} | {:.0}% / {} | {} |",
+            if m.app.is_empty() { "rust" } else { &m.app },
             m.workload.label(),
             m.contender,
             errors,
@@ -441,8 +598,12 @@ pub fn markdown(summaries: &[Summary]) -> String {
             vs(Some(m.p99_ms), nginx.map(|n| n.p99_ms)),
             vs(m.cpu_us_per_request, nginx.and_then(|n| n.cpu_us_per_request)),
             vs(m.idle_rss_mb, nginx.and_then(|n| n.idle_rss_mb)),
+            per_round,
             m.rps_spread * 100.0,
             m.cpu_spread.map_or("-".into(), |c| format!("{:.0}%", c * 100.0)),
+            m.weir_min_limit.map_or("-".into(), |l| {
+                format!("{l}; {} / {}", m.weir_shed_overload, m.weir_shed_deadline)
+            }),
         );
     }
     s

@@ -18,7 +18,7 @@ use bytes::Bytes;
 use http::{HeaderMap, Request, Response, StatusCode};
 use http_body_util::Full;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use polite_client::{classify, wait_before, Answer, Policy, PoliteClient, Retry};
+use polite_client::{classify, wait_before, Answer, Breaker, Policy, PoliteClient, Retry};
 use support::backend::Backend;
 
 fn answer(status: u16, headers: &[(&'static str, &'static str)]) -> Answer {
@@ -74,6 +74,42 @@ fn waits_honour_the_hint_add_jitter_grow_and_are_never_zero() {
             assert!(w >= (step / 2).max(policy.base) && w <= step, "attempt {attempt}: {w:?}");
         }
     }
+}
+
+#[test]
+fn a_hint_below_the_backoff_step_waits_the_step() {
+    let policy = Policy::default();
+    let mut rng = rand::rng();
+    // Retry 4: the step is 400 ms, the hint 100 ms: the larger wins, plus jitter.
+    for _ in 0..50 {
+        let w = wait_before(Retry::After(Duration::from_millis(100)), 4, &policy, &mut rng);
+        assert!(w >= Duration::from_millis(400) && w <= Duration::from_millis(600), "{w:?}");
+    }
+}
+
+#[test]
+fn the_session_breaker_opens_after_failed_calls_probes_and_closes_on_success() {
+    let policy = Policy { breaker_after: 3, ..Policy::default() };
+    let mut breaker = Breaker::default();
+    let t0 = Instant::now();
+    let hint = Some(Duration::from_secs(1));
+    breaker.record(false, hint, t0, &policy);
+    breaker.record(false, hint, t0, &policy);
+    assert!(breaker.allows(t0), "two failed calls: still closed");
+    breaker.record(false, hint, t0, &policy);
+    assert!(!breaker.allows(t0), "three in a row: open");
+    assert!(!breaker.allows(t0 + Duration::from_millis(999)), "for the hint at least");
+    assert!(breaker.allows(t0 + Duration::from_secs(1)), "then one probe may go");
+    // The probe fails: open again, for a step that doubles with each failure.
+    let t1 = t0 + Duration::from_secs(1);
+    breaker.record(false, None, t1, &policy);
+    assert!(!breaker.allows(t1 + Duration::from_millis(199)), "4 failures: 50 ms x 2^2");
+    assert!(breaker.allows(t1 + policy.breaker_max), "never longer than breaker_max");
+    // A success closes it.
+    breaker.record(true, None, t1 + policy.breaker_max, &policy);
+    assert!(breaker.allows(t1 + policy.breaker_max));
+    breaker.record(false, None, t1 + policy.breaker_max, &policy);
+    assert!(breaker.allows(t1 + policy.breaker_max), "the count started again");
 }
 
 /// A downstream that answers with a scripted level and counts what reaches it.

@@ -419,9 +419,10 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 }
             }
             let r = requests[id as usize];
-            inflight -= 1;
             let rtt = now - dispatched;
-            limit.on_response(Duration::from_nanos(rtt));
+            // (The app holds it until now: the limit is told what it held, this one too.)
+            limit.on_response(now, Duration::from_nanos(rtt), Duration::ZERO, inflight);
+            inflight -= 1;
             limit.tick(now);
             engine.record_completion();
             typical_app =
@@ -486,7 +487,9 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 if max_wait_ns > 0 {
                     at = at.min(now + max_wait_ns + 1);
                 }
-                give_ups.push(Reverse((at, r.compound, id)));
+                // (A budget the app's time no longer covers gives up now: the proxy's timer
+                // for a past instant fires at once.)
+                give_ups.push(Reverse((at.max(now), r.compound, id)));
             }
         } else if now == next_give_up {
             let Reverse((_, compound, id)) = give_ups.pop().expect("exists");
@@ -545,6 +548,8 @@ pub fn run(cfg: &SimConfig) -> Summary {
             let oldest = pending.oldest().map_or(0, |a| now - a);
             engine.observe_queue(pending.len(), Duration::from_nanos(oldest));
             engine.tick();
+            limit.set_refusing(engine.level_refuses());
+            limit.observe_held(now, inflight);
             limit.tick(now);
         }
         // Hand waiting requests to the app while the limit allows.
@@ -574,7 +579,6 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 continue;
             }
             inflight += 1;
-            limit.on_dispatch(inflight);
             if in_service.len() < cfg.workers as usize {
                 in_service.push(Reverse((now + cfg.service_ns_at(now), id, now)));
             } else {

@@ -432,3 +432,87 @@ fn uncensored_windows_still_open_fully_when_everything_fits() {
     w.completed = 5_000;
     assert_eq!(c.next_level(current, Zone::Relax, &w, &h), AdmissionLevel::FULLY_OPEN);
 }
+
+fn silent(duration_ms: u64) -> WindowSummary {
+    WindowSummary { duration_ns: duration_ms * MS, ..WindowSummary::default() }
+}
+
+/// Windows with nothing in them open the level in proportion to the silence, fully after
+/// half a nominal window of it, whatever the law; any traffic (or a waiter) ends the silence.
+#[test]
+fn silence_opens_the_level_within_a_window() {
+    let empty = vec![0; COMPOUND_LEVELS];
+    let cut = AdmissionLevel::new(Priority { business: 1, user: 61 });
+    for law in [Law::Capacity, Law::Dagor, Law::Goodput] {
+        let mut c = Controller::new(&config(law));
+        let a = c.next_level(cut, Zone::Relax, &silent(100), &empty);
+        assert!(a > cut && a < AdmissionLevel::FULLY_OPEN, "{law:?}: {a}");
+        let b = c.next_level(a, Zone::Relax, &silent(200), &empty);
+        assert!(b > a && b < AdmissionLevel::FULLY_OPEN, "{law:?}: {b}");
+        let open = c.next_level(b, Zone::Relax, &silent(200), &empty);
+        assert_eq!(open, AdmissionLevel::FULLY_OPEN, "{law:?}: half a window of silence");
+        // A whole quiet window at once.
+        let mut c = Controller::new(&config(law));
+        assert_eq!(
+            c.next_level(cut, Zone::Relax, &silent(1_000), &empty),
+            AdmissionLevel::FULLY_OPEN
+        );
+    }
+    // A waiter (a stall) or a request leaving the queue is not silence.
+    let mut c = Controller::new(&config(Law::Capacity));
+    let stalled = WindowSummary { queue_depth: 3, oldest_waiting_ns: 900 * MS, ..silent(1_000) };
+    assert_eq!(c.next_level(cut, Zone::Cut, &stalled, &empty), cut);
+    let leaving = WindowSummary { dispatched: 2, mean_queuing_ns: 50 * MS, ..silent(1_000) };
+    assert_eq!(c.next_level(cut, Zone::Cut, &leaving, &empty), cut);
+}
+
+proptest::proptest! {
+    /// Silence only ever opens the level, never past open, and the more of it the more open
+    /// (monotone in the silence, from any level).
+    #[test]
+    fn relaxing_in_silence_is_monotone_and_bounded(
+        from in 0u16..COMPOUND_LEVELS as u16,
+        a in 0u64..3_000,
+        b in 0u64..3_000,
+        full in 1u64..3_000,
+    ) {
+        let from = AdmissionLevel::from_compound(from).unwrap();
+        let (short, long) = (a.min(b) * MS, a.max(b) * MS);
+        let x = relaxed_in_silence(from, short, full * MS);
+        let y = relaxed_in_silence(from, long, full * MS);
+        proptest::prop_assert!(from <= x && x <= y);
+        proptest::prop_assert_eq!(relaxed_in_silence(from, 0, full * MS), from);
+        if long >= full * MS {
+            proptest::prop_assert_eq!(y, AdmissionLevel::FULLY_OPEN);
+        }
+    }
+}
+
+/// A cut that drains a backlog aims well under what the app completes; with the most
+/// important class at 0.6x of capacity it would reach into it. It stops at that class
+/// while the class alone fits (and only then).
+#[test]
+fn the_capacity_law_never_cuts_into_a_top_class_that_fits() {
+    let mut c = capacity_measured_at(1_000);
+    // 600 of class 0 (0.6x), 2400 of class 1, in 1 s; a long queue to drain.
+    let mut h = vec![0; COMPOUND_LEVELS];
+    for u in 0..120 {
+        h[Priority { business: 0, user: u }.compound() as usize] = 5;
+        h[Priority { business: 1, user: u }.compound() as usize] = 20;
+    }
+    let mut w = window(3_000, 3_000, 1_000, 200);
+    w.completed = 1_000;
+    w.busy_ns = w.duration_ns;
+    w.busy_completed = 1_000;
+    w.queue_depth = 900;
+    let next = c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, &h);
+    assert!(next.admits(Priority { business: 0, user: 127 }), "cut into the top class: {next}");
+    assert!(!next.admits(Priority { business: 1, user: 0 }), "the next class is cut: {next}");
+    // A top class larger than the app is cut like any other.
+    for u in 0..120 {
+        h[Priority { business: 0, user: u }.compound() as usize] = 12;
+    }
+    let mut c = capacity_measured_at(1_000);
+    let next = c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, &h);
+    assert!(!next.admits(Priority { business: 0, user: 127 }), "{next}");
+}

@@ -217,3 +217,50 @@ fn a_cut_behind_propagating_callers_honours_the_old_level_briefly() {
     assert_ne!(lone.level(), AdmissionLevel::FULLY_OPEN);
     assert_eq!(lone.admit(user(127)), Decision::Shed);
 }
+
+/// After an overload, silence: the timer (every 50 ms, as the proxy's) closes windows with
+/// nothing in them, and within about a second of the last request the level is open and the
+/// engine no longer overloaded, whatever the law; the next request of every class is
+/// admitted.
+#[test]
+fn an_idle_engine_reopens_within_a_second_of_silence() {
+    for law in [Law::Capacity, Law::Dagor, Law::Goodput] {
+        let e = engine(law, Mode::Enforce);
+        // Three overloaded seconds: 6000 arrivals over six classes, 400 served after
+        // waiting 80 ms each (the proxy reports a queue too).
+        for _ in 0..3 {
+            for i in 0..6_000u32 {
+                let p = Priority { business: (i % 6) as u8, user: (i % 128) as u8 };
+                e.admit(p);
+            }
+            for _ in 0..400 {
+                e.record_queuing(Duration::from_millis(80));
+                e.record_completion();
+            }
+            for _ in 0..20 {
+                e.observe_queue(200, Duration::from_millis(80));
+                e.clock().advance(Duration::from_millis(50));
+            }
+        }
+        assert!(e.level() < AdmissionLevel::FULLY_OPEN, "{law:?}: cut by the overload");
+        // The queue drains; then nothing.
+        let mut open_after = None;
+        for tick in 1..=60u64 {
+            e.observe_queue(0, Duration::ZERO);
+            e.clock().advance(Duration::from_millis(50));
+            if e.level() == AdmissionLevel::FULLY_OPEN && !e.overloaded() {
+                open_after = Some(tick * 50);
+                break;
+            }
+        }
+        // One window with the end of the load in it, then at most one of silence; the
+        // capacity law's early re-opens make it a few of its early closes.
+        let bound = if law == Law::Capacity { 1_000 } else { 2_100 };
+        assert!(open_after.is_some_and(|ms| ms <= bound), "{law:?}: open after {open_after:?} ms");
+        assert!(!e.status().overloaded, "{law:?}");
+        for b in 0..6u8 {
+            let p = Priority { business: b, user: 127 };
+            assert_eq!(e.admit(p), Decision::Admit, "{law:?}: class {b} after the silence");
+        }
+    }
+}

@@ -43,7 +43,8 @@ pub struct EgressConfig {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub deadline_margin: Duration,
-    /// Protocol towards downstreams: `auto` (h2c for HTTP/2 callers), `http1` or `h2c`.
+    /// Protocol towards downstreams: `auto` (HTTP/2 callers over h2c if the downstream speaks
+    /// it, probed per address: see [`crate::app_protocol`]), `http1` or `h2c`.
     pub protocol: AppProtocol,
     /// Accepted connections at once; beyond that, new ones are closed at once.
     #[schemars(range(min = 1, max = 1_000_000))]

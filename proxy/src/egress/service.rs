@@ -18,10 +18,12 @@ use super::forward;
 use super::loops::{OwnListeners, ViaTag};
 use super::stats::{EgressOutcome, EgressStats, Rejection};
 use crate::app_client::{ClientSettings, Endpoint};
+use crate::app_protocol::{self, Choice, Upstreams};
 use crate::body::{RequestBody, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline::MAX_BUDGET;
 use crate::http::Names;
+use crate::own_time::DownstreamWaits;
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, WeirError};
 use crate::server::{LevelStamp, Role};
@@ -46,6 +48,8 @@ pub struct EgressService {
     default_budget: Duration,
     deadline_margin: Duration,
     protocol: AppProtocol,
+    /// What each downstream speaks (`protocol: auto`), probed and remembered.
+    speaks: Upstreams,
     resolver: forward::Resolver,
     client: ClientSettings,
     pools: Mutex<HashMap<SocketAddr, Arc<Endpoint>>>,
@@ -58,6 +62,8 @@ pub struct EgressService {
     own: OwnListeners,
     /// This egress's `Via` entry.
     pub(super) via: ViaTag,
+    /// The app's waits on its downstreams, for the inbound role's adaptive limit.
+    waits: Option<Arc<DownstreamWaits>>,
 }
 
 /// One egress listener as the server skeleton runs it: the service, and the fixed route of
@@ -72,12 +78,15 @@ pub(super) struct EgressListener {
 impl EgressService {
     /// `own`: every listener of this process, never a downstream; `drain`: the egress's
     /// drain, which waits for the requests this service tracks; `requests`: the per-class
-    /// counters the control API renders as `weir_requests_total{role="egress"}`.
+    /// counters the control API renders as `weir_requests_total{role="egress"}`; `waits`:
+    /// where every outbound call is reported (the inbound role's pairing of the app's calls
+    /// with the requests they serve, [`crate::own_time`]).
     pub fn new(
         config: &SidecarConfig,
         own: OwnListeners,
         drain: Watch,
         requests: Arc<AuditCounters>,
+        waits: Option<Arc<DownstreamWaits>>,
     ) -> Result<Self, String> {
         let egress = &config.egress;
         let names = Names::new(&config.inbound.headers)?;
@@ -107,6 +116,7 @@ impl EgressService {
             default_budget: egress.default_budget,
             deadline_margin: egress.deadline_margin,
             protocol: egress.protocol,
+            speaks: Upstreams::new(egress.timeouts.connect, MAX_POOLS),
             resolver: forward::Resolver::new(
                 egress.timeouts.resolve,
                 egress.timeouts.resolve_ttl,
@@ -124,6 +134,7 @@ impl EgressService {
             drain,
             own,
             via: ViaTag::random(),
+            waits,
         })
     }
 
@@ -197,13 +208,24 @@ impl EgressService {
             return self.reject(Rejection::OwnListener, Some(&authority), grpc);
         }
         let endpoint = self.endpoint(addr);
-        let protocol = crate::http::protocol(self.protocol, parts.version);
+        let speaks = self.speaks.get(addr);
+        let protocol =
+            match speaks.choose(self.protocol, parts.version, &parts.headers, deadline).await {
+                Choice::Send(protocol) => protocol,
+                Choice::GrpcNeedsH2 => {
+                    let (status, mut headers) = app_protocol::grpc_needs_h2_head();
+                    headers.insert(self.names.level.clone(), self.level_value(Some(&authority)));
+                    return crate::http::respond(status, headers);
+                }
+            };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return self.refuse(&authority, grpc, priority, EgressOutcome::ShedDeadline);
         }
         let head_request = parts.method == Method::HEAD;
         let received = parts.version;
+        // The app waits on this call until its response head is back.
+        let waiting = self.waits.as_ref().map(|w| w.call(&parts.headers));
         let mut req = forward::downstream_request(
             parts,
             RequestBody::new(body, self.body_read),
@@ -216,10 +238,14 @@ impl EgressService {
         self.via.stamp(req.headers_mut(), received);
         self.stats.record(priority.business, EgressOutcome::Admitted);
         let sent = tokio::time::timeout_at(deadline.into(), endpoint.send(protocol, req)).await;
+        drop(waiting);
         let crate::app_client::Exchange { response, lease } = match sent {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
                 tracing::debug!(error = %e, downstream = %authority, "egress request failed");
+                if matches!(e, crate::app_client::ClientError::Http(_)) {
+                    speaks.suspect();
+                }
                 return self.error(Some(&authority), e.downstream_error(), grpc);
             }
             Err(_) => return self.error(Some(&authority), WeirError::DownstreamTimeout, grpc),

@@ -227,3 +227,34 @@ async fn racing_releases_and_newcomers_never_strand_a_waiter_nor_pass_the_limit(
     assert!(peak.load(SeqCst) <= LIMIT, "peak {}", peak.load(SeqCst));
     assert_eq!((limit.inflight(), limit.queued()), (0, 0));
 }
+
+/// A lent slot (its request waits on a downstream) goes to a waiter at once; lent or not,
+/// no more than the ceiling are ever held, and returned loans retire as slots are released.
+#[tokio::test]
+async fn lent_slots_go_to_waiters_within_the_ceiling() {
+    let limit = InflightLimit::new(3, 8);
+    limit.set_limit(1);
+    let a = limit.try_slot().unwrap();
+    let l = limit.clone();
+    let waiter = tokio::spawn(async move { l.slot(LOW).await.is_ok() });
+    while limit.queued() < 1 {
+        tokio::task::yield_now().await;
+    }
+    limit.lend();
+    assert!(waiter.await.unwrap(), "the lent slot went to the waiter");
+    assert_eq!((limit.inflight(), limit.lent(), limit.held()), (1, 1, 0));
+    // The waiter's slot was dropped with its task; take two under the loans.
+    let b = limit.try_slot().unwrap();
+    limit.lend();
+    limit.lend();
+    let c = limit.try_slot().unwrap();
+    assert!(limit.try_slot().is_none(), "three held: the ceiling, whatever is lent");
+    limit.unlend();
+    limit.unlend();
+    limit.unlend();
+    drop(c);
+    drop(b);
+    assert!(limit.try_slot().is_none(), "one held against a limit of one");
+    drop(a);
+    assert!(limit.try_slot().is_some());
+}

@@ -20,6 +20,7 @@ fn http_refusal_is_503_with_retry_after() {
     assert_eq!(headers["retry-after"], "2");
     assert_eq!(headers["x-weir-shed"], "overload");
     assert_eq!(headers["content-length"], "0");
+    assert_eq!(headers["x-envoy-overloaded"], "true", "Envoy must not retry a refusal");
 }
 
 #[test]
@@ -30,6 +31,7 @@ fn grpc_refusal_is_trailers_only_resource_exhausted() {
     assert_eq!(headers["grpc-retry-pushback-ms"], "1500");
     assert_eq!(headers["content-type"], "application/grpc");
     assert_eq!(headers["x-weir-shed"], "deadline");
+    assert_eq!(headers["x-envoy-overloaded"], "true", "Envoy must not retry a refusal");
     assert!(headers.get("retry-after").is_none());
     assert!(headers.get("content-length").is_none(), "trailers-only: no body at all");
 }

@@ -1,9 +1,10 @@
 //! One request's turn at the app: the in-flight slot it holds and how the turn ends.
 //!
 //! - [`AppExchange::headers_received`]: the app answered; the time from dispatch to its
-//!   response headers is the app's own time (neither the caller's upload nor its download
-//!   is in it): it feeds the app-time estimate, the engine's completion count and the
-//!   adaptive in-flight limit.
+//!   response headers is the app's time (neither the caller's upload nor its download is
+//!   in it): it feeds the app-time estimate and the engine's completion count, and, less
+//!   what the app spent waiting on its downstreams (with the egress role on), the adaptive
+//!   in-flight limit.
 //! - [`AppExchange::done`]: the app's response ended, or its caller has read nothing for
 //!   the app's typical time ([`AppExchange::stall_grace`]); the slot is released.
 //! - [`AppExchange::failed`]: the app failed, timed out, or the response could not be
@@ -18,19 +19,35 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::inflight::Slot;
+use crate::own_time::Visit;
 use crate::shared::Shared;
 
 pub(super) struct AppExchange {
     slot: Option<Slot>,
     dispatched: Instant,
     shared: Arc<Shared>,
+    /// Its registration with the egress role's pairing, if on.
+    visit: Option<Visit>,
     answered: bool,
 }
 
 impl AppExchange {
-    pub(super) fn new(slot: Slot, dispatched: Instant, shared: Arc<Shared>) -> Self {
-        shared.control.on_dispatch(shared.limit.inflight());
-        AppExchange { slot: Some(slot), dispatched, shared, answered: false }
+    pub(super) fn new(
+        slot: Slot,
+        dispatched: Instant,
+        shared: Arc<Shared>,
+        visit: Option<Visit>,
+    ) -> Self {
+        AppExchange { slot: Some(slot), dispatched, shared, visit, answered: false }
+    }
+
+    /// How long the app has waited on its downstreams for this request (and ends the
+    /// pairing).
+    fn end_visit(&mut self) -> Duration {
+        match (self.visit.take(), &self.shared.waits) {
+            (Some(visit), Some(waits)) => waits.end(visit),
+            _ => Duration::ZERO,
+        }
     }
 
     /// The app's response headers arrived.
@@ -39,8 +56,10 @@ impl AppExchange {
             return;
         }
         let took = self.dispatched.elapsed();
+        let downstream = self.end_visit();
         self.shared.app_time.record(took);
-        self.shared.control.on_response(took, &self.shared.engine, &self.shared.limit);
+        let shared = &self.shared;
+        shared.control.on_response(took, downstream, &shared.engine, &shared.limit);
     }
 
     /// How long a response may wait for its caller to read before this exchange gives its
@@ -65,6 +84,7 @@ impl AppExchange {
 
 impl Drop for AppExchange {
     fn drop(&mut self) {
+        self.end_visit();
         let Some(slot) = self.slot.take() else { return };
         // The app's typical time (dispatch to response headers, capped) less what it has
         // had: releasing earlier lets the app's own queue grow unseen; holding longer would

@@ -4,7 +4,15 @@
 //! cargo build --release -p proxy --bin weir -p weir-tests --bin overhead-bench
 //! ./target/release/overhead-bench            # direct, nginx, HAProxy, weir
 //! ./target/release/overhead-bench --quick    # 3 s x 1 round: a smoke run
+//! # Fast app, one worker thread (issue 20): weir's shipped defaults (`weir-defaults`)
+//! # against nginx-as-proxy, in front of nginx returning 2 bytes (HTTP/1.1 only) and the
+//! # zero-work app (h2c), after an 8-connection warm-up:
+//! ./target/release/overhead-bench --fast-app
 //! ```
+//!
+//! `--fast-app` is `--apps nginx,rust --contenders nginx,weir-defaults --workloads
+//! http1-c32,h2c-c32x10 --warmup-connections 8 --rounds 5 --seconds 5` (wrk -t1 -c32;
+//! h2load -t1 -c32 -m10), the HTTP/1.1 workload only against the nginx app.
 //!
 //! Layout on a 2-core machine: every proxy runs alone on CPU 1 (`taskset -c 1`, one
 //! worker/thread each); the client and the app share CPU 0. Every round measures every
@@ -20,10 +28,60 @@ use std::time::Duration;
 
 use weir_harness::bench_cli;
 use weir_harness::contender::{self, Contender, Kind};
+use weir_harness::egress_bench::Metrics;
 use weir_harness::load::Protocol;
-use weir_harness::overhead::{self, ClientResult, Measurement, Workload};
+use weir_harness::noharm::nginx_app::{Listener, NginxApp};
+use weir_harness::overhead::{self, BodySize, ClientResult, Measurement, WeirReading, Workload};
 use weir_harness::procfs;
 use weir_harness::report::Machine;
+
+/// Who stands between the client and the app.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Who {
+    Direct,
+    Nginx,
+    Haproxy,
+    /// weir, `threads: 1`, `max_inflight: 1024`.
+    Weir,
+    /// weir's shipped defaults (adaptive limit on, `app_protocol: auto`), `threads: 1`.
+    WeirDefaults,
+}
+
+impl Who {
+    fn label(self) -> &'static str {
+        match self {
+            Who::WeirDefaults => "weir-defaults",
+            other => other.kind().label(),
+        }
+    }
+
+    fn kind(self) -> Kind {
+        match self {
+            Who::Direct => Kind::Direct,
+            Who::Nginx => Kind::Nginx,
+            Who::Haproxy => Kind::Haproxy,
+            Who::Weir | Who::WeirDefaults => Kind::Weir,
+        }
+    }
+}
+
+/// The app behind the proxies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum App {
+    /// The zero-work Rust app: HTTP/1.1 and h2c on one port.
+    Rust,
+    /// nginx answering `200 ok` (2 bytes), HTTP/1.1 only.
+    Nginx,
+}
+
+impl App {
+    fn label(self) -> &'static str {
+        match self {
+            App::Rust => "rust",
+            App::Nginx => "nginx",
+        }
+    }
+}
 
 #[derive(Parser, Debug)]
 #[command(about = "Proxy overhead: direct, nginx, HAProxy and weir, one pinned worker each")]
@@ -49,7 +107,19 @@ struct Args {
         value_delimiter = ',',
         default_values = ["direct", "nginx", "haproxy", "weir"]
     )]
-    contenders: Vec<Kind>,
+    contenders: Vec<Who>,
+    /// The apps behind the proxies, each measured in turn.
+    #[arg(long, value_delimiter = ',', default_values = ["rust"])]
+    apps: Vec<App>,
+    /// Warm each contender up with this many connections (default: the workload's own).
+    #[arg(long)]
+    warmup_connections: Option<usize>,
+    /// Seconds of warm-up before each measurement.
+    #[arg(long, default_value_t = 0.5)]
+    warmup_secs: f64,
+    /// The fast-app comparison of issue 20 (see the module documentation).
+    #[arg(long)]
+    fast_app: bool,
     /// HTTP/1.1 client: wrk when installed (default), or the built-in Rust client.
     #[arg(long)]
     rust_client: bool,
@@ -64,9 +134,17 @@ struct Args {
 }
 
 fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let mut args = Args::parse();
     if let Some(addr) = args.serve_backend {
         return serve_backend(addr);
+    }
+    if args.fast_app {
+        args.apps = vec![App::Nginx, App::Rust];
+        args.contenders = vec![Who::Nginx, Who::WeirDefaults];
+        args.workloads = vec!["http1-c32".into(), "h2c-c32x10".into()];
+        args.warmup_connections = Some(8);
+        args.rounds = Some(args.rounds.unwrap_or(5));
+        args.seconds = Some(args.seconds.unwrap_or(5));
     }
     let workloads = args
         .workloads
@@ -83,9 +161,13 @@ fn main() -> anyhow::Result<()> {
     if wrk.is_none() && !args.rust_client {
         eprintln!("wrk not found (apt-get install -y wrk): using the built-in Rust client");
     }
+    let h2load = if args.rust_client { None } else { contender::require("h2load").ok() };
+    if h2load.is_none() && !args.rust_client && workloads.iter().any(|w| w.streams.is_some()) {
+        eprintln!("h2load not found (apt-get install -y nghttp2-client): using the Rust client");
+    }
     let mut contenders = Vec::new();
-    for kind in args.contenders.iter().copied() {
-        let missing = match kind {
+    for who in args.contenders.iter().copied() {
+        let missing = match who.kind() {
             Kind::Nginx => contender::require("nginx").err(),
             Kind::Haproxy => contender::require("haproxy").err(),
             k if k.is_weir() && !weir_bin.is_file() => Some(anyhow::anyhow!(
@@ -95,58 +177,64 @@ fn main() -> anyhow::Result<()> {
             _ => None,
         };
         match missing {
-            Some(e) => eprintln!("skipping {}: {e}", kind.label()),
-            None => contenders.push(kind),
+            Some(e) => eprintln!("skipping {}: {e}", who.label()),
+            None => contenders.push(who),
         }
     }
     eprintln!(
-        "overhead-bench: {} workloads x {} contenders x {rounds} rounds x {seconds} s; weir = {}",
+        "overhead-bench: {} apps x {} workloads x {} contenders x {rounds} rounds x {seconds} s; weir = {}; load average {}",
+        args.apps.len(),
         workloads.len(),
         contenders.len(),
-        weir_bin.display()
+        weir_bin.display(),
+        bench_cli::loadavg(),
     );
+    let loadavg_before = bench_cli::loadavg();
     // The client (this process, or wrk) and the app live on CPU 0; proxies on CPU 1.
     let own_pid = std::process::id().to_string();
     Command::new(&taskset)
         .args(["-a", "-p", "-c", "0", &own_pid])
         .stdout(Stdio::null())
         .status()?;
-    let backend_addr = contender::free_port()?;
-    let mut backend = Command::new(&taskset)
-        .args(["-c", "0"])
-        .arg(std::env::current_exe()?)
-        .arg("--serve-backend")
-        .arg(backend_addr.to_string())
-        .stdout(Stdio::null())
-        .spawn()?;
     let scripts = tempfile::tempdir()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let warmup = Warmup {
+        connections: args.warmup_connections,
+        duration: Duration::from_secs_f64(args.warmup_secs.max(0.0)),
+    };
     let measured = runtime.block_on(async {
-        wait_listening(backend_addr, &mut backend).await?;
         let mut all = Vec::new();
-        for round in 0..rounds {
+        for &app in &args.apps {
+            let (backend_addr, _backend) = start_app(app, &taskset).await?;
+            for round in 0..rounds {
             let mut order = contenders.clone();
             let turns = round % order.len().max(1);
             order.rotate_left(turns);
             for &workload in &workloads {
-                for &kind in &order {
+                if args.fast_app && app == App::Rust && workload.protocol == Protocol::Http1 {
+                    // The fast-app comparison's HTTP/1.1 case is against the nginx app only.
+                    continue;
+                }
+                for &who in &order {
                     let use_wrk =
                         if workload.protocol == Protocol::Http1 { wrk.clone() } else { None };
+                    let use_h2load = if workload.streams.is_some() { h2load.clone() } else { None };
                     let m = measure(
-                        kind,
+                        who,
                         workload,
                         backend_addr,
                         &weir_bin,
-                        use_wrk,
-                        scripts.path(),
+                        Clients { wrk: use_wrk, h2load: use_h2load, scripts: scripts.path() },
+                        warmup,
                         seconds,
                     )
                     .await?;
                     eprintln!(
-                        "round {} {:<13} {:<13} {:>8.0} rps  p50 {:.3} ms  p99 {:.3} ms  cpu/req {}  rss {} / {} MB{}",
+                        "{} round {} {:<13} {:<13} {:>8.0} rps  p50 {:.3} ms  p99 {:.3} ms  cpu/req {}  rss {} / {} MB{}{}",
+                        app.label(),
                         round + 1,
                         workload.label(),
-                        kind.label(),
+                        who.label(),
                         m.result.rps,
                         m.result.p50_ms,
                         m.result.p99_ms,
@@ -154,30 +242,45 @@ fn main() -> anyhow::Result<()> {
                         m.idle_rss_mb.map_or("-".into(), |r| format!("{r:.1}")),
                         m.loaded_rss_mb.map_or("-".into(), |r| format!("{r:.1}")),
                         if m.result.errors > 0 {
-                            format!("  ERRORS {}", m.result.errors)
+                            format!("  ERRORS {} (503: {})", m.result.errors, m.result.refused)
                         } else {
                             String::new()
                         },
+                        m.weir_after.as_ref().map_or(String::new(), |w| format!(
+                            "  limit {} level {} overloaded {} shed overload {} deadline {}",
+                            w.max_inflight, w.level, w.overloaded, w.shed_overload, w.shed_deadline
+                        )),
                     );
-                    all.push(Measurement { round: round + 1, ..m });
+                    all.push(Measurement { round: round + 1, app: app.label().into(), ..m });
                 }
+            }
             }
         }
         anyhow::Ok(all)
     });
-    let _ = backend.kill();
-    let _ = backend.wait();
     let measured = measured?;
     let summaries = overhead::summarise(&measured);
     let machine = Machine::probe();
-    let client = if wrk.is_some() {
-        "wrk -t1 (HTTP/1.1), the Rust client (h2c: 16 streams per connection)"
-    } else {
-        "the Rust client (h2c: 16 streams per connection)"
+    let client = format!(
+        "{} (HTTP/1.1), {} (h2c)",
+        if wrk.is_some() { "wrk -t1" } else { "the Rust client" },
+        if h2load.is_some() {
+            "h2load -t1 (cNxM workloads), the Rust client (16 streams per connection otherwise)"
+        } else {
+            "the Rust client"
+        }
+    );
+    let warm = match warmup.connections {
+        Some(c) => format!("{} s warm-up with {c} connections", warmup.duration.as_secs_f64()),
+        None => {
+            format!("{} s warm-up with the workload's connections", warmup.duration.as_secs_f64())
+        }
     };
     let markdown = format!(
-        "{}- client: {client}; {seconds} s x {rounds} rounds, median of each metric\n\n{}\n`{}`\n",
+        "{}- load average before / after: {} / {}\n- client: {client}; {warm}; {seconds} s x {rounds} rounds, median of each metric\n\n{}\n`{}`\n",
         machine.markdown(),
+        loadavg_before,
+        bench_cli::loadavg(),
         overhead::markdown(&summaries),
         std::env::args().collect::<Vec<_>>().join(" ")
     );
@@ -189,15 +292,30 @@ fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The external clients available for this measurement.
+struct Clients<'a> {
+    wrk: Option<PathBuf>,
+    h2load: Option<PathBuf>,
+    scripts: &'a Path,
+}
+
+/// How each contender is warmed up before it is measured.
+#[derive(Clone, Copy)]
+struct Warmup {
+    connections: Option<usize>,
+    duration: Duration,
+}
+
 async fn measure(
-    kind: Kind,
+    who: Who,
     workload: Workload,
     backend: SocketAddr,
     weir_bin: &Path,
-    wrk: Option<PathBuf>,
-    scripts: &Path,
+    clients: Clients<'_>,
+    warmup: Warmup,
     seconds: u64,
 ) -> anyhow::Result<Measurement> {
+    let kind = who.kind();
     let opts = contender::Options {
         weir_bin: weir_bin.to_path_buf(),
         max_inflight: 1024,
@@ -206,18 +324,36 @@ async fn measure(
         protocol: workload.protocol,
         queue_timeout: Duration::from_millis(500),
     };
-    let proxy = Contender::start(kind, backend, &opts).await?;
+    let proxy = match who {
+        Who::WeirDefaults => start_weir_defaults(weir_bin, backend).await?,
+        _ => Contender::start(kind, backend, &opts).await?,
+    };
     let pid = proxy.pid();
     let idle_rss = pid.and_then(procfs::rss_bytes);
-    // A short warm-up so pools, caches and allocators are in their working state.
-    let _ = overhead::closed_loop(proxy.addr, workload, Duration::from_millis(500)).await?;
+    // A warm-up so pools, caches, allocators (and weir's adaptive limit) are in their
+    // working state: the issue's case warms up with fewer connections than it measures.
+    let warm =
+        Workload { connections: warmup.connections.unwrap_or(workload.connections), ..workload };
+    if !warmup.duration.is_zero() {
+        let _ = overhead::closed_loop(proxy.addr, warm, warmup.duration).await?;
+    }
     let cpu_before = pid.and_then(procfs::cpu_time);
-    let result = match &wrk {
-        Some(wrk) => run_wrk(wrk, proxy.addr, workload, scripts, seconds)?,
-        None => overhead::closed_loop(proxy.addr, workload, Duration::from_secs(seconds)).await?,
+    let (result, client) = match (&clients.wrk, &clients.h2load) {
+        (Some(wrk), _) => (run_wrk(wrk, proxy.addr, workload, clients.scripts, seconds)?, "wrk"),
+        (None, Some(h2load)) => {
+            (run_h2load(h2load, proxy.addr, workload, clients.scripts, seconds)?, "h2load")
+        }
+        (None, None) => (
+            overhead::closed_loop(proxy.addr, workload, Duration::from_secs(seconds)).await?,
+            "rust",
+        ),
     };
     let cpu_after = pid.and_then(procfs::cpu_time);
     let loaded_rss = pid.and_then(procfs::rss_bytes);
+    let weir_after = match proxy.admin {
+        Some(admin) => weir_status(admin).await,
+        None => None,
+    };
     let cpu_us_per_request = match (cpu_before, cpu_after) {
         (Some(a), Some(b)) if result.requests > 0 => {
             Some((b - a).as_secs_f64() * 1e6 / result.requests as f64)
@@ -227,14 +363,125 @@ async fn measure(
     let mb = |b: u64| b as f64 / (1024.0 * 1024.0);
     Ok(Measurement {
         round: 0,
+        app: String::new(),
         workload,
-        contender: kind.label().into(),
-        client: if wrk.is_some() { "wrk".into() } else { "rust".into() },
+        contender: who.label().into(),
+        client: client.into(),
         result,
         cpu_us_per_request,
         idle_rss_mb: idle_rss.map(mb),
         loaded_rss_mb: loaded_rss.map(mb),
+        weir_after,
     })
+}
+
+/// weir's shipped defaults (only the addresses, one worker thread), pinned to CPU 1 like
+/// every proxy here.
+async fn start_weir_defaults(weir_bin: &Path, app: SocketAddr) -> anyhow::Result<Contender> {
+    let (listen, admin) = (contender::free_port()?, contender::free_port()?);
+    let yaml = format!(
+        "inbound:\n  listen: {listen}\n  app: {app}\n  threads: 1\nadmin:\n  listen: {admin}\nlog:\n  filter: warn\n"
+    );
+    let weir = Contender::weir_with_config(weir_bin, &yaml, listen, admin, &[]).await?;
+    if let Some(pid) = weir.pid() {
+        // Every thread it has (they are all started by now), and those it starts later
+        // inherit the affinity.
+        Command::new(contender::require("taskset")?)
+            .args(["-a", "-p", "-c", "1", &pid.to_string()])
+            .stdout(Stdio::null())
+            .status()?;
+    }
+    Ok(weir)
+}
+
+async fn weir_status(admin: SocketAddr) -> Option<WeirReading> {
+    use http_body_util::BodyExt;
+    let client = weir_harness::status::admin_client();
+    let sample = weir_harness::status::fetch(&client, admin, 0.0).await?;
+    // Why it refused (h2load and wrk only see 503s).
+    let metrics = async {
+        let uri = format!("http://{admin}/metrics").parse::<http::Uri>().ok()?;
+        let response = client.get(uri).await.ok()?;
+        let body = response.into_body().collect().await.ok()?.to_bytes();
+        Some(Metrics::parse(&String::from_utf8_lossy(&body)))
+    };
+    let metrics = tokio::time::timeout(Duration::from_secs(1), metrics).await.ok().flatten();
+    let shed = |outcome: &str| {
+        metrics.as_ref().map_or(0, |m| m.sum("weir_requests_total", "inbound", outcome) as u64)
+    };
+    Some(WeirReading {
+        max_inflight: sample.doc.max_inflight,
+        level: sample.doc.level,
+        overloaded: sample.doc.overloaded,
+        shed_overload: shed("shed_overload"),
+        shed_deadline: shed("shed_deadline"),
+    })
+}
+
+/// The app, on CPU 0 with the client: the zero-work app as a child process of this
+/// program, or nginx.
+async fn start_app(
+    app: App,
+    taskset: &Path,
+) -> anyhow::Result<(SocketAddr, Box<dyn std::any::Any>)> {
+    match app {
+        App::Rust => {
+            let addr = contender::free_port()?;
+            let mut child = Command::new(taskset)
+                .args(["-c", "0"])
+                .arg(std::env::current_exe()?)
+                .arg("--serve-backend")
+                .arg(addr.to_string())
+                .stdout(Stdio::null())
+                .spawn()?;
+            wait_listening(addr, &mut child).await?;
+            Ok((addr, Box::new(KillOnDrop(child))))
+        }
+        App::Nginx => {
+            let nginx = NginxApp::start(Listener::Http1, Some(0))?;
+            Ok((nginx.addr, Box::new(nginx)))
+        }
+    }
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run_h2load(
+    h2load: &Path,
+    target: SocketAddr,
+    workload: Workload,
+    scripts: &Path,
+    seconds: u64,
+) -> anyhow::Result<ClientResult> {
+    let log = scripts.join("h2load.log");
+    let _ = std::fs::remove_file(&log);
+    let mut command = Command::new("taskset");
+    command.args(["-c", "0"]).arg(h2load).args([
+        "-t1".to_string(),
+        format!("-c{}", workload.connections),
+        format!("-m{}", workload.streams.unwrap_or(16)),
+        format!("-D{seconds}"),
+        format!("--log-file={}", log.display()),
+    ]);
+    if workload.body == BodySize::Kib4 {
+        // The 4 KiB POST: h2load sends a file's bytes as the body.
+        let body = scripts.join("body-4k");
+        std::fs::write(&body, vec![b'x'; overhead::BODY_4K])?;
+        command.arg("-d").arg(body);
+    }
+    let output = command.arg(format!("http://{target}{}", workload.path())).output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let log_text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    overhead::parse_h2load(&text, &log_text)
+        .ok_or_else(|| anyhow::anyhow!("could not read h2load's output: {text}"))
 }
 
 fn run_wrk(

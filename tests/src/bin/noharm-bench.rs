@@ -1,0 +1,147 @@
+//! The no-harm benchmark (see BENCHMARKS.md, "No harm"): weir's shipped defaults against
+//! direct in front of healthy apps, a middle hop with the egress role on, and the first
+//! requests after an overload and a second of silence.
+//!
+//! ```sh
+//! cargo build --release -p proxy --bin weir -p weir-tests --bin noharm-bench
+//! target/release/noharm-bench --quick              # a few minutes
+//! target/release/noharm-bench                      # the full grid, 2 interleaved rounds
+//! target/release/noharm-bench --weir-bin ../loop/target/release/weir --out /tmp/loop
+//! ```
+
+use clap::Parser;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use weir_harness::bench_cli::{self, loadavg, parse_mix, run_footer, write_report, RunnerArgs};
+use weir_harness::load::Protocol;
+use weir_harness::noharm::{
+    self, middle_hop::MiddleHopConfig, silence::SilenceConfig, AppCase, LoadCase, NoHarmConfig,
+};
+use weir_harness::report::Machine;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum Part {
+    /// Apps x loads, weir against direct.
+    Grid,
+    MiddleHop,
+    Silence,
+}
+
+#[derive(Parser, Debug)]
+#[command(about = "No harm: weir's shipped defaults against direct, in front of healthy apps")]
+struct Args {
+    /// A few minutes: 4 apps, 4 s runs, 1 round, shorter middle hop.
+    #[arg(long)]
+    quick: bool,
+    #[arg(long, value_delimiter = ',', default_values = ["grid", "middle-hop", "silence"])]
+    parts: Vec<Part>,
+    /// Apps instead of the built-in grid: `nginx` or WORKERSxMS, each with the standard
+    /// loads (0.1x, 0.5x, 0.9x, on/off, idle-then-burst).
+    #[arg(long, value_delimiter = ',')]
+    apps: Option<Vec<String>>,
+    /// The rate nginx's loads are multiples of (nginx itself serves far more; this is what
+    /// the open-loop generator offers comfortably on this machine).
+    #[arg(long, default_value_t = 4000.0)]
+    nginx_rps: f64,
+    /// Seconds of each steady / on-off run [default: 10; --quick 4].
+    #[arg(long)]
+    run_secs: Option<f64>,
+    /// Seconds at the start of each run not counted [default: 2; --quick 1].
+    #[arg(long)]
+    warmup_secs: Option<f64>,
+    /// Interleaved rounds per case [default: 2; --quick 1].
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// The callers' protocol.
+    #[arg(long, value_enum, default_value_t = Protocol::Http1)]
+    protocol: Protocol,
+    /// Class mix critical/normal/background in percent.
+    #[arg(long, default_value = "10/30/60")]
+    mix: String,
+    /// Extra lines under weir's `inbound:` (default: none, the shipped defaults), e.g.
+    /// "  max_inflight: 8\n" to compare a hand-set limit.
+    #[arg(long, default_value = "")]
+    weir_inbound: String,
+    #[command(flatten)]
+    runner: RunnerArgs,
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let weir_bin = args.runner.weir_bin(&workspace)?;
+    let secs = |s: f64| Duration::from_secs_f64(s);
+    let run = secs(args.run_secs.unwrap_or(if args.quick { 4.0 } else { 10.0 }));
+    let warmup = secs(args.warmup_secs.unwrap_or(if args.quick { 1.0 } else { 2.0 }));
+    let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 2 });
+    let apps = match &args.apps {
+        Some(list) => {
+            list.iter().map(|a| parse_app(a, args.nginx_rps)).collect::<anyhow::Result<_>>()?
+        }
+        None if args.quick => noharm::quick_apps(args.nginx_rps),
+        None => noharm::full_apps(args.nginx_rps),
+    };
+    let wants = |p: Part| args.parts.contains(&p);
+    let mut weir_inbound = args.weir_inbound.replace("\\n", "\n");
+    if !weir_inbound.is_empty() && !weir_inbound.ends_with('\n') {
+        weir_inbound.push('\n');
+    }
+    let (mh_run, mh_warmup) =
+        if args.quick { (secs(8.0), secs(3.0)) } else { (secs(20.0), secs(5.0)) };
+    let config = NoHarmConfig {
+        apps: if wants(Part::Grid) { apps } else { vec![] },
+        run,
+        warmup,
+        rounds,
+        protocol: args.protocol,
+        mix: parse_mix(&args.mix)?,
+        seed: args.runner.seed,
+        middle_hop: wants(Part::MiddleHop)
+            .then(|| MiddleHopConfig::issue_20(mh_run, mh_warmup, args.runner.seed)),
+        silence: wants(Part::Silence)
+            .then(|| SilenceConfig { seed: args.runner.seed, ..SilenceConfig::default() }),
+        weir_extra: weir_inbound,
+        weir_bin,
+    };
+    let runtime =
+        tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+    let started = std::time::Instant::now();
+    let loadavg_before = loadavg();
+    eprintln!("noharm-bench: load average {loadavg_before}; weir = {}", config.weir_bin.display());
+    let result = runtime.block_on(noharm::run(config, |line| eprintln!("{line}")))?;
+    let machine = Machine::probe();
+    let markdown = format!(
+        "{}- load average before / after: {} / {}\n\n{}\n{}",
+        machine.markdown(),
+        loadavg_before,
+        loadavg(),
+        noharm::markdown(&result),
+        run_footer(started)
+    );
+    let out = args.runner.out_dir(workspace.join("tests/bench/out/noharm"))?;
+    let json = serde_json::json!({ "machine": machine, "result": result });
+    write_report(&out, "noharm", &json, &markdown)?;
+    let plots = noharm::write_plots(&result, &out)?;
+    println!("{markdown}");
+    eprintln!("wrote {}/noharm.{{json,md}} and {}", out.display(), plots.join(", "));
+    Ok(())
+}
+
+/// `nginx` or `WORKERSxMS`, with the standard loads.
+fn parse_app(text: &str, nginx_rps: f64) -> anyhow::Result<AppCase> {
+    let standard = |workers: usize| {
+        vec![
+            LoadCase::Steady { multiple: 0.1 },
+            LoadCase::Steady { multiple: 0.5 },
+            LoadCase::Steady { multiple: 0.9 },
+            LoadCase::OnOff { multiple: 1.5, on_ms: 500, off_ms: 500 },
+            LoadCase::idle_burst_for(workers),
+        ]
+    };
+    if text == "nginx" {
+        return Ok(AppCase::nginx(nginx_rps, standard(64)));
+    }
+    let app = bench_cli::parse_app(text)?;
+    Ok(AppCase::model(app.workers, app.service_time, standard(app.workers)))
+}
