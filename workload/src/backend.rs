@@ -232,33 +232,32 @@ impl Epoch {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    mut stopped: watch::Receiver<bool>,
-) {
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = stopped.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                // Out of descriptors and the like: back off briefly rather than spin.
-                Err(_) => { tokio::time::sleep(Duration::from_millis(5)).await; continue }
-            },
-        };
-        let _ = stream.set_nodelay(true);
+/// Connections the backend serves at once (weir-net's bounded accept loop closes any
+/// beyond): far above what a benchmark or test opens, and finite.
+const MAX_CONNECTIONS: usize = 65_536;
+
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>, stopped: watch::Receiver<bool>) {
+    let stop = {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.changed().await;
+        }
+    };
+    weir_net::accept_loop(listener, "backend", MAX_CONNECTIONS, stop, |conn: weir_net::Accepted| {
         let shared = shared.clone();
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
+            let _permit = conn.permit;
             let service = hyper::service::service_fn(move |req| serve(shared.clone(), req));
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let conn = builder.serve_connection(TokioIo::new(conn.stream), service);
             tokio::select! {
                 _ = conn => {}
                 _ = stopped.changed() => {}
             }
         });
-    }
+    })
+    .await
 }
 
 async fn serve(
