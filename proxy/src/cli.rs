@@ -9,7 +9,8 @@ use clap::{Parser, Subcommand};
 use control_api::cli::{ClientArgs, TableCommand};
 
 use crate::config::{Overrides, SidecarConfig};
-use crate::sidecar::{Sidecar, StartError};
+use crate::error::StartError;
+use crate::sidecar::Sidecar;
 use crate::telemetry;
 
 /// BSD `EX_USAGE`: a bad flag or configuration.
@@ -290,7 +291,7 @@ pub fn run(args: RunArgs) -> ExitCode {
         Err(e) => {
             eprintln!("weir: {e}");
             return match e {
-                StartError::Config { .. } => ExitCode::from(EXIT_USAGE),
+                StartError::Config(_) => ExitCode::from(EXIT_USAGE),
                 _ => ExitCode::FAILURE,
             };
         }

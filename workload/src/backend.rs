@@ -275,7 +275,11 @@ impl Drop for HttpServer {
     }
 }
 
-async fn accept_loop<H, F, B>(listener: TcpListener, handler: H, mut stopped: watch::Receiver<bool>)
+/// Connections a server serves at once (weir-net's bounded accept loop closes any beyond):
+/// far above what a benchmark or test opens, and finite.
+const MAX_CONNECTIONS: usize = 65_536;
+
+async fn accept_loop<H, F, B>(listener: TcpListener, handler: H, stopped: watch::Receiver<bool>)
 where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: Future<Output = Response<B>> + Send + 'static,
@@ -283,33 +287,30 @@ where
     B::Data: Send,
     B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
 {
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = stopped.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                // Out of descriptors and the like: back off briefly rather than spin.
-                Err(_) => { tokio::time::sleep(Duration::from_millis(5)).await; continue }
-            },
-        };
-        // As real app servers do (nginx `tcp_nodelay on`, Go, hyper apps): without it an h2
-        // response's DATA frame waits for the ACK of its HEADERS frame.
-        let _ = stream.set_nodelay(true);
+    let stop = {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.changed().await;
+        }
+    };
+    weir_net::accept_loop(listener, "backend", MAX_CONNECTIONS, stop, |conn: weir_net::Accepted| {
         let handler = handler.clone();
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
+            let _permit = conn.permit;
             let service = hyper::service::service_fn(move |req| {
                 let answer = handler(req);
                 async move { Ok::<_, std::convert::Infallible>(answer.await) }
             });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let conn = builder.serve_connection(TokioIo::new(conn.stream), service);
             tokio::select! {
                 _ = conn => {}
                 _ = stopped.changed() => {}
             }
         });
-    }
+    })
+    .await
 }
 
 async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {

@@ -1,4 +1,5 @@
-//! The `egress:` section of the sidecar configuration.
+//! The `egress:` section of the sidecar configuration, and the syntax of a downstream
+//! authority (`host:port`), which a route's `target` and a request's target share.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -6,10 +7,11 @@ use std::time::Duration;
 use admission_core::downstream::{DEFAULT_EXPIRY, DEFAULT_MAX_AUTHORITIES};
 use admission_core::schema::{HumanDuration, SocketAddrString};
 use admission_core::FieldError;
+use http::uri::Authority;
 use schemars::JsonSchema;
 use serde::Deserialize;
 
-use crate::config::AppProtocol;
+use super::{AppProtocol, H2Config};
 
 /// The egress role: the listener the app sends its outbound calls to.
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -53,7 +55,7 @@ pub struct EgressConfig {
     /// Worker threads of the egress runtime.
     #[schemars(range(min = 1, max = 1024))]
     pub threads: usize,
-    pub h2: EgressH2,
+    pub h2: H2Config,
     pub timeouts: EgressTimeouts,
 }
 
@@ -65,14 +67,6 @@ pub struct EgressRoute {
     pub listen: SocketAddr,
     /// `host:port` of the downstream (its sidecar's inbound listener).
     pub target: String,
-}
-
-#[derive(Debug, Clone, Deserialize, JsonSchema)]
-#[serde(default, deny_unknown_fields)]
-pub struct EgressH2 {
-    /// Streams one app connection may have open at once.
-    #[schemars(range(min = 1, max = 65_536))]
-    pub max_concurrent_streams: u32,
 }
 
 /// Every wait of the egress role, named. The downstream's response is bounded by the
@@ -92,10 +86,16 @@ pub struct EgressTimeouts {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub body_read: Duration,
-    /// Longest time without progress writing a response body to the app.
+    /// Longest time without progress writing a response to the app.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub write: Duration,
+    /// An app connection asked to close (idle for `idle`, or the egress draining) is
+    /// dropped once it has had no request inside for this long: an h2 peer that never
+    /// acknowledges the shutdown PING would otherwise keep it open for ever.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
+    pub graceful_close: Duration,
     /// TCP connect to a downstream.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
@@ -124,15 +124,9 @@ impl Default for EgressConfig {
             max_connections: 10_000,
             max_idle_per_downstream: 64,
             threads: 2,
-            h2: EgressH2::default(),
+            h2: H2Config::default(),
             timeouts: EgressTimeouts::default(),
         }
-    }
-}
-
-impl Default for EgressH2 {
-    fn default() -> Self {
-        EgressH2 { max_concurrent_streams: 256 }
     }
 }
 
@@ -143,6 +137,7 @@ impl Default for EgressTimeouts {
             idle: Duration::from_secs(60),
             body_read: Duration::from_secs(10),
             write: Duration::from_secs(10),
+            graceful_close: Duration::from_secs(5),
             connect: Duration::from_secs(1),
             resolve: Duration::from_secs(1),
             resolve_ttl: Duration::from_secs(10),
@@ -186,6 +181,7 @@ impl EgressConfig {
             ("egress.timeouts.idle", t.idle),
             ("egress.timeouts.body_read", t.body_read),
             ("egress.timeouts.write", t.write),
+            ("egress.timeouts.graceful_close", t.graceful_close),
             ("egress.timeouts.connect", t.connect),
             ("egress.timeouts.resolve", t.resolve),
             ("egress.timeouts.resolve_ttl", t.resolve_ttl),
@@ -209,11 +205,48 @@ impl EgressConfig {
             );
         }
         for (i, route) in self.routes.iter().enumerate() {
-            if let Err(e) = crate::egress::forward::parse_target(&route.target) {
+            if let Err(e) = parse_target(&route.target) {
                 return bad(&format!("egress.routes[{i}].target"), e);
             }
         }
         Ok(())
+    }
+}
+
+// === route targets and authorities ===
+
+/// Checks a route target (`host:port`, no scheme, no path).
+pub fn parse_target(target: &str) -> Result<Authority, String> {
+    let authority: Authority =
+        target.parse().map_err(|_| format!("`{target}` is not a host:port authority"))?;
+    if authority.host().is_empty() {
+        return Err(format!("`{target}` has no host"));
+    }
+    if authority.port_u16().is_none() {
+        return Err(format!("`{target}` has no port"));
+    }
+    if authority.as_str().contains('@') {
+        return Err(format!("`{target}` carries user info"));
+    }
+    with_port(authority).ok_or_else(|| format!("`{target}` is not a host:port authority"))
+}
+
+/// `host:port` as it is, `host` or `host:` with port 80; `None` for what else http's parser
+/// lets through, rather than guessing: user info, no host, a port that is no port
+/// (`host:99999`, `host:+80`), bytes after a bracketed host (`[::1]x:80`).
+pub(crate) fn with_port(authority: Authority) -> Option<Authority> {
+    let host = authority.host();
+    if authority.as_str().contains('@') || host.is_empty() {
+        return None;
+    }
+    // Without user info, the host comes first; after it only `:port`, `:` or nothing.
+    match &authority.as_str()[host.len()..] {
+        "" | ":" => Authority::try_from(format!("{host}:80")).ok(),
+        port => {
+            let digits = port.strip_prefix(':')?;
+            let ok = digits.bytes().all(|b| b.is_ascii_digit()) && authority.port_u16().is_some();
+            ok.then_some(authority)
+        }
     }
 }
 

@@ -10,7 +10,7 @@
 //! - **level on hyper's own errors** (HTTP/1.1 only): hyper answers a request it cannot
 //!   parse with a canned `400` (or `414`, `431`, `505`) written straight to the socket, past
 //!   any service. Every weir response carries `x-admission-level`, so an error head without
-//!   it is one of those, and the level is added to it on the way out.
+//!   it is one of those, and the role's level ([`LevelStamp`]) is added to it on the way out.
 
 use std::future::Future;
 use std::io::{self, IoSlice};
@@ -24,7 +24,8 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use crate::service::{ConnState, Inbound};
+use super::activity::Activity;
+use super::LevelStamp;
 
 pub struct CallerIo {
     inner: TcpStream,
@@ -33,21 +34,21 @@ pub struct CallerIo {
     /// A write completed since the stall timer was last armed.
     progressed: bool,
     /// HTTP/1.1: where the level comes from.
-    stamp: Option<Arc<Inbound>>,
+    stamp: Option<Arc<dyn LevelStamp>>,
     /// A rewritten error head still to be written (already reported as written to hyper).
     pending: Option<Bytes>,
     /// HTTP/1.1: tells when a request head is expected.
-    conn: Option<Arc<ConnState>>,
+    conn: Option<Arc<Activity>>,
 }
 
 impl CallerIo {
     pub fn http1(
         inner: TcpStream,
         write_timeout: Duration,
-        inbound: Arc<Inbound>,
-        conn: Arc<ConnState>,
+        stamp: Arc<dyn LevelStamp>,
+        conn: Arc<Activity>,
     ) -> Self {
-        CallerIo { stamp: Some(inbound), conn: Some(conn), ..Self::h2(inner, write_timeout) }
+        CallerIo { stamp: Some(stamp), conn: Some(conn), ..Self::h2(inner, write_timeout) }
     }
 
     pub fn h2(inner: TcpStream, write_timeout: Duration) -> Self {
@@ -127,7 +128,7 @@ impl CallerIo {
 
     /// If `buf` is a whole error head without the level, the head with it.
     fn stamped(&self, buf: &[u8]) -> Option<Bytes> {
-        let inbound = self.stamp.as_ref()?;
+        let stamp = self.stamp.as_ref()?;
         // "HTTP/1.1 400 ...": one of the statuses hyper answers parse errors with, and the
         // whole head in this one buffer.
         if buf.len() < 16 || !buf.starts_with(b"HTTP/1.") {
@@ -137,7 +138,7 @@ impl CallerIo {
             return None;
         }
         let head_end = find(buf, b"\r\n\r\n")? + 4;
-        let (name, value) = inbound.level_header();
+        let (name, value) = stamp.level_header();
         let mut line = Vec::with_capacity(name.as_str().len() + value.len() + 6);
         line.extend_from_slice(b"\r\n");
         line.extend_from_slice(name.as_str().as_bytes());
