@@ -5,6 +5,8 @@
 //! - [`engine`]: the hot path (`admit`, `record_queuing`) and window rollover.
 //! - [`controller`]: the overload detector and the control laws.
 //! - [`gate`]: the deadline gate (door, wait, dequeue) and the residence-time gate.
+//! - [`queue_policy`]: the pending queue's door, waiter timer and completion rate, shared
+//!   by the proxy and the simulator.
 //! - [`adaptive_limit`]: the in-flight limit found from the app's own response times.
 //! - [`audit`]: per-class outcome counters and the priority-inflation findings.
 //! - [`size_grade`]: content-length grade with fine sub-steps for requests with no action.
@@ -22,6 +24,7 @@ pub mod downstream;
 pub mod engine;
 pub mod gate;
 pub mod priority;
+pub mod queue_policy;
 pub mod schema;
 pub mod size_grade;
 pub mod table;
