@@ -15,7 +15,8 @@
 use std::time::Duration;
 
 use crate::clock::Nanos;
-use crate::gate::{deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage, Verdict};
+pub use crate::gate::Verdict;
+use crate::gate::{deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage};
 use crate::priority::{AdmissionLevel, Priority};
 
 /// The shortest re-check interval: the proxy's timers have millisecond resolution, so a
