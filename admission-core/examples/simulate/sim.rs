@@ -20,7 +20,6 @@ use std::time::Duration;
 
 use admission_core::adaptive_limit::{AdaptiveLimit, AdaptiveLimitConfig};
 use admission_core::gate::{deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage};
-use admission_core::priority::COMPOUND_LEVELS;
 use admission_core::{
     AdmissionEngine, AdmissionLevel, Decision, EngineConfig, ManualClock, Priority,
     UserPriorityHasher,
@@ -29,6 +28,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp};
 use serde::Serialize;
+
+#[path = "queue.rs"]
+mod queue;
+
+use queue::{Fenwick, Pending, Request};
 
 const SEC: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -237,14 +241,6 @@ pub struct Summary {
     pub trace: Vec<TracePoint>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Request {
-    arrival: u64,
-    deadline: u64,
-    class: u8,
-    compound: u16,
-}
-
 /// How one request ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum End {
@@ -252,70 +248,6 @@ enum End {
     Served(u64),
     /// Refused (any reason) at this time.
     Refused(u64),
-}
-
-/// Counts per compound level, for "how many more-important-or-equal requests wait".
-struct Fenwick(Vec<u32>);
-
-impl Fenwick {
-    fn new() -> Self {
-        Fenwick(vec![0; COMPOUND_LEVELS + 1])
-    }
-    fn add(&mut self, c: u16, d: i32) {
-        let mut i = c as usize + 1;
-        while i < self.0.len() {
-            self.0[i] = (self.0[i] as i64 + d as i64) as u32;
-            i += i & i.wrapping_neg();
-        }
-    }
-    /// Count at levels `0..=c`.
-    fn prefix(&self, c: u16) -> usize {
-        let (mut i, mut s) = (c as usize + 1, 0usize);
-        while i > 0 {
-            s += self.0[i] as usize;
-            i -= i & i.wrapping_neg();
-        }
-        s
-    }
-}
-
-/// The sidecar's pending queue: most important first, FIFO within a level.
-struct Pending {
-    by_priority: BTreeMap<(u16, u64), Request>,
-    by_age: BTreeSet<(u64, u64)>,
-    counts: Fenwick,
-}
-
-impl Pending {
-    fn push(&mut self, id: u64, r: Request) {
-        self.by_priority.insert((r.compound, id), r);
-        self.by_age.insert((r.arrival, id));
-        self.counts.add(r.compound, 1);
-    }
-    fn remove(&mut self, key: (u16, u64)) -> Option<Request> {
-        let r = self.by_priority.remove(&key)?;
-        self.by_age.remove(&(r.arrival, key.1));
-        self.counts.add(r.compound, -1);
-        Some(r)
-    }
-    fn pop_most_important(&mut self) -> Option<(u64, Request)> {
-        let (&key, _) = self.by_priority.iter().next()?;
-        self.remove(key).map(|r| (key.1, r))
-    }
-    /// Removes the least important waiter if it is less important than `c`.
-    fn pop_less_important_than(&mut self, c: u16) -> Option<(u64, Request)> {
-        let (&key, _) = self.by_priority.iter().next_back().filter(|(&(k, _), _)| k > c)?;
-        self.remove(key).map(|r| (key.1, r))
-    }
-    fn less_important_than(&self, c: u16) -> bool {
-        self.by_priority.keys().next_back().is_some_and(|&(k, _)| k > c)
-    }
-    fn oldest(&self) -> Option<u64> {
-        self.by_age.iter().next().map(|&(a, _)| a)
-    }
-    fn len(&self) -> usize {
-        self.by_priority.len()
-    }
 }
 
 // === run ===
