@@ -5,6 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use admission_core::priority::COMPOUND_LEVELS;
+use admission_core::queue_policy::{Rates, Waiter, Waiters};
+use admission_core::Priority;
 
 #[derive(Debug, Clone, Copy)]
 pub struct Request {
@@ -75,5 +77,53 @@ impl Pending {
     }
     pub fn len(&self) -> usize {
         self.by_priority.len()
+    }
+}
+
+impl Request {
+    /// The request as the queue policy sees it.
+    pub fn waiter(&self) -> Waiter {
+        let priority = Priority::from_compound(self.compound).unwrap_or(Priority::MOST_IMPORTANT);
+        Waiter { priority, arrival: self.arrival, deadline: self.deadline }
+    }
+}
+
+impl Pending {
+    pub fn new() -> Self {
+        Pending { by_priority: BTreeMap::new(), by_age: BTreeSet::new(), counts: Fenwick::new() }
+    }
+}
+
+/// The queue policy's view of the simulated queue. The waiters it evicts are collected
+/// here for the simulator to refuse (and count).
+pub struct SimQueue<'a> {
+    pub pending: &'a mut Pending,
+    pub rates: Rates,
+    pub evicted: Vec<(u64, Request)>,
+}
+
+impl<'a> SimQueue<'a> {
+    pub fn new(pending: &'a mut Pending, rates: Rates) -> Self {
+        SimQueue { pending, rates, evicted: Vec::new() }
+    }
+}
+
+impl Waiters for SimQueue<'_> {
+    fn waiting_ahead_of(&self, p: Priority) -> usize {
+        self.pending.counts.prefix(p.compound())
+    }
+
+    fn less_important_waiting(&self, p: Priority) -> bool {
+        self.pending.less_important_than(p.compound())
+    }
+
+    fn evict_less_important_than(&mut self, bound: Priority) {
+        while let Some(evicted) = self.pending.pop_less_important_than(bound.compound()) {
+            self.evicted.push(evicted);
+        }
+    }
+
+    fn rates(&self) -> Rates {
+        self.rates
     }
 }
