@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use admission_core::priority::COMPOUND_LEVELS;
-use admission_core::queue_policy::{Rates, Waiter, Waiters};
+use admission_core::queue_policy::{Conditions, Door, QueuePolicy, Rates, Step, Waiter, Waiters};
 use admission_core::Priority;
 
 #[derive(Debug, Clone, Copy)]
@@ -126,4 +126,19 @@ impl Waiters for SimQueue<'_> {
     fn rates(&self) -> Rates {
         self.rates
     }
+}
+
+/// The simulator's decision at the door (for a request that finds no free slot).
+pub fn door_turn(policy: &QueuePolicy, r: &Request, at: &Conditions, queue: &SimQueue<'_>) -> Door {
+    policy.door(&r.waiter(), at, queue)
+}
+
+/// One turn of a waiter's timer; the waiters it evicted are left in `queue.evicted`.
+pub fn timer_turn(
+    policy: &QueuePolicy,
+    r: &Request,
+    at: &Conditions,
+    queue: &mut SimQueue<'_>,
+) -> Step {
+    policy.on_timer(&r.waiter(), at, queue)
 }

@@ -408,9 +408,9 @@ pub fn run(cfg: &SimConfig) -> Summary {
             }
             // The door, for a request that finds no free slot (as the proxy's `try_slot`).
             if cfg.door && (inflight >= limit.limit() || pending.len() > 0) {
-                let queue = SimQueue::new(&mut pending, rates(&engine, &limit));
+                let waiting = SimQueue::new(&mut pending, rates(&engine, &limit));
                 let at = conditions(&engine, now, typical_app);
-                if let Door::Refuse(_) = policy.door(&r.waiter(), &at, &queue) {
+                if let Door::Refuse(_) = queue::door_turn(&policy, &r, &at, &waiting) {
                     ends[id as usize] = Some(End::Refused(now));
                     continue;
                 }
@@ -426,10 +426,10 @@ pub fn run(cfg: &SimConfig) -> Summary {
         } else if now == next_give_up {
             let Reverse((_, compound, id)) = give_ups.pop().expect("exists");
             let Some(r) = pending.by_priority.get(&(compound, id)).copied() else { continue };
-            let mut queue = SimQueue::new(&mut pending, rates(&engine, &limit));
+            let mut waiting = SimQueue::new(&mut pending, rates(&engine, &limit));
             let at = conditions(&engine, now, typical_app);
-            let step = policy.on_timer(&r.waiter(), &at, &mut queue);
-            for (evicted, e) in queue.evicted {
+            let step = queue::timer_turn(&policy, &r, &at, &mut waiting);
+            for (evicted, e) in waiting.evicted {
                 refuse_waiter(
                     &engine,
                     &mut windows[second],

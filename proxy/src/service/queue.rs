@@ -6,7 +6,9 @@
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::time::{Duration, Instant};
 
-use admission_core::queue_policy::{Conditions, Door, Rates, Step, Verdict, Waiter, Waiters};
+use admission_core::queue_policy::{
+    Conditions, Door, QueuePolicy, Rates, Step, Verdict, Waiter, Waiters,
+};
 use admission_core::Priority;
 
 use super::{ConnState, Inbound};
@@ -158,7 +160,8 @@ impl Inbound {
 
     /// The door, for a request that found no free slot.
     pub(super) fn door(&self, waiter: &Waiter) -> Door {
-        self.queue_policy.door(waiter, &self.conditions(Instant::now()), &self.sidecar_queue())
+        let queue = self.sidecar_queue();
+        door_turn(&self.queue_policy, waiter, &self.conditions(Instant::now()), &queue)
     }
 
     /// The waiter's timer: resolves with the verdict that ends its wait (its budget gone, or
@@ -173,7 +176,7 @@ impl Inbound {
         loop {
             tokio::time::sleep_until(clock.instant_at(at).into()).await;
             let now = self.conditions(Instant::now());
-            match policy.on_timer(waiter, &now, &mut self.sidecar_queue()) {
+            match timer_turn(policy, waiter, &now, &mut self.sidecar_queue()) {
                 Step::Refuse(verdict) => return verdict,
                 Step::CheckAt(next) => at = next,
             }
@@ -181,6 +184,31 @@ impl Inbound {
     }
 }
 
+/// The glue's decision at the door, callable without a runtime (see the tests, which hold
+/// it against the simulator's).
+pub(super) fn door_turn<R: Fn() -> Rates>(
+    policy: &QueuePolicy,
+    waiter: &Waiter,
+    at: &Conditions,
+    queue: &SidecarQueue<'_, R>,
+) -> Door {
+    policy.door(waiter, at, queue)
+}
+
+/// One turn of a waiter's timer, callable without a runtime: evictions happen in the
+/// in-flight limit's queue (the evicted waiters' futures end in `NoSlot::Evicted`).
+pub(super) fn timer_turn<R: Fn() -> Rates>(
+    policy: &QueuePolicy,
+    waiter: &Waiter,
+    at: &Conditions,
+    queue: &mut SidecarQueue<'_, R>,
+) -> Step {
+    policy.on_timer(waiter, at, queue)
+}
+
 fn nanos(d: Duration) -> u64 {
     d.as_nanos().min(u128::from(u64::MAX)) as u64
 }
+
+#[cfg(test)]
+mod tests;
