@@ -22,33 +22,6 @@
 
 use crate::clock::Nanos;
 
-/// What to do with a request leaving the pending queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GateDecision {
-    Forward,
-    /// The caller's deadline has passed: the answer would arrive to nobody.
-    DeadlinePassed,
-    /// It waited longer than the task timeout, even though its own deadline is later.
-    WaitedTooLong,
-}
-
-/// `arrival`, `now` and `deadline` are on the same clock. `deadline` is absolute.
-#[inline]
-pub fn residence_gate(
-    arrival: Nanos,
-    now: Nanos,
-    deadline: Nanos,
-    task_timeout: Nanos,
-) -> GateDecision {
-    if now >= deadline {
-        GateDecision::DeadlinePassed
-    } else if now.saturating_sub(arrival) > task_timeout {
-        GateDecision::WaitedTooLong
-    } else {
-        GateDecision::Forward
-    }
-}
-
 /// Where the request is when the gate is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {
@@ -203,22 +176,6 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
-
-    #[test]
-    fn forwards_within_both_bounds() {
-        assert_eq!(residence_gate(0, 10 * MS, 480 * MS, 500 * MS), GateDecision::Forward);
-    }
-
-    #[test]
-    fn drops_at_or_after_deadline() {
-        assert_eq!(residence_gate(0, 480 * MS, 480 * MS, 500 * MS), GateDecision::DeadlinePassed);
-        assert_eq!(residence_gate(0, 900 * MS, 480 * MS, 500 * MS), GateDecision::DeadlinePassed);
-    }
-
-    #[test]
-    fn drops_long_waiters_with_generous_deadlines() {
-        assert_eq!(residence_gate(0, 501 * MS, 10_000 * MS, 500 * MS), GateDecision::WaitedTooLong);
-    }
 
     fn check(now: u64, deadline: u64) -> DeadlineCheck {
         DeadlineCheck {
