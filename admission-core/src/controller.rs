@@ -233,6 +233,26 @@ pub fn relaxed_in_silence(
 
 // === the histogram ===
 
+/// A level binds when more than 1 in this many of a window's arrivals lie beyond it: below
+/// that it refuses (next to) nothing, as behind callers whose egress refuses beyond it.
+const BINDS_ONE_IN: u64 = 50;
+
+/// Whether `level` binds on a window's arrivals: more than 1 in 50 (`BINDS_ONE_IN`) of them lie
+/// beyond it. The one boundary between a level that refuses a real share of what arrives
+/// (the engine's [`level_binds`](crate::AdmissionEngine::level_binds), under which the
+/// queue's max wait applies) and one that cuts but refuses next to nothing (behind callers
+/// whose egress refuses beyond it: the capacity law's censored window).
+pub fn level_binds(histogram: &[u32], level: AdmissionLevel) -> bool {
+    let all: u64 = histogram.iter().map(|&n| u64::from(n)).sum();
+    arrivals_beyond(histogram, level) * BINDS_ONE_IN > all
+}
+
+/// Arrivals less important than `level` (those it refuses).
+fn arrivals_beyond(histogram: &[u32], level: AdmissionLevel) -> u64 {
+    let first = (level.compound() as usize + 1).min(histogram.len());
+    histogram[first..].iter().map(|&n| u64::from(n)).sum()
+}
+
 fn secs(w: &WindowSummary) -> f64 {
     w.duration_ns.max(1) as f64 / 1e9
 }

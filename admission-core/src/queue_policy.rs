@@ -52,7 +52,7 @@ pub struct Waiter {
 pub struct Conditions {
     pub now: Nanos,
     pub level: AdmissionLevel,
-    /// The engine's `level_refuses`: the max-wait rules apply only then.
+    /// The engine's `level_binds`: the max-wait rules apply only then.
     pub level_binds: bool,
     /// How long the app typically takes (zero: unknown).
     pub typical_app: Nanos,

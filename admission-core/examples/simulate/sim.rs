@@ -276,7 +276,7 @@ fn refuse_waiter(
 
 /// What the sidecar knows at `now`, for the queue policy.
 fn conditions(engine: &AdmissionEngine<ManualClock>, now: u64, typical_app: u64) -> Conditions {
-    Conditions { now, level: engine.level(), level_binds: engine.level_refuses(), typical_app }
+    Conditions { now, level: engine.level(), level_binds: engine.level_binds(), typical_app }
 }
 
 /// What the queue policy's completion rate is made of, read as the proxy reads it.
@@ -454,7 +454,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
             let oldest = pending.oldest().map_or(0, |a| now - a);
             engine.observe_queue(pending.len(), Duration::from_nanos(oldest));
             engine.tick();
-            limit.set_refusing(engine.level_refuses());
+            limit.set_refusing(engine.level_binds());
             limit.observe_held(now, inflight);
             limit.tick(now);
         }

@@ -2,7 +2,8 @@
 //! was busy), less what drains an excess backlog; behind callers that run weir's egress
 //! (a censored histogram), open past what arrived by the spare room rather than fully.
 
-use super::{level_for_target, secs, step_above, ControlLaw, WindowSummary, Zone};
+use super::{arrivals_beyond, level_binds, level_for_target, secs, step_above};
+use super::{ControlLaw, WindowSummary, Zone};
 use crate::config::EngineConfig;
 use crate::priority::{AdmissionLevel, COMPOUND_LEVELS, USER_LEVELS};
 
@@ -43,7 +44,7 @@ impl ControlLaw for CapacityLaw {
         let censored = is_censored(histogram, current);
         // A short censored window (a handful of requests let through) is too thin to
         // judge "room for twice what came" on.
-        let may_open_fully = secs(w) >= 0.5 * self.window_secs;
+        let may_open_fully = secs(w) >= MIN_JUDGED_WINDOW * self.window_secs;
         let Some(target) = self.capacity_target(zone, w, censored) else { return current };
         let proposed = match level_for_target(histogram, target) {
             // Everything that arrived fits while the level cuts, and the
@@ -106,7 +107,7 @@ impl ControlLaw for CapacityLaw {
     }
 }
 
-// === impl Controller (the top class) ===
+// === the top class ===
 
 /// The most important class present is admitted whole while it alone arrives at no more
 /// than this share of what the app completes: a cut that drains a backlog, or the noise of
@@ -146,8 +147,8 @@ fn top_class(histogram: &[u32]) -> u8 {
         .map_or(u8::MAX, |c| (c / USER_LEVELS as usize).min(255) as u8)
 }
 
-/// How far under the measured completion rate the capacity law aims: 10% *over* it. The
-/// sidecar's queue is bounded in time (`overload_max_wait` drops the least important
+/// The capacity law's margin under the app's measured completion rate; negative, so it
+/// aims 10% *over* it. The sidecar's queue is bounded in time (`overload_max_wait` drops the least important
 /// waiters past it, the door refuses whoever expects to wait past it), so a slight
 /// overfeed cannot drift into a long queue; it keeps the queue from running dry between
 /// Poisson bursts, which at exactly the app's rate idles it ~5% of the time (measured:
@@ -162,6 +163,33 @@ const CENSORED_MARGIN: f64 = 0.1;
 /// Inside the hysteresis band, the capacity law keeps a level that admits within this
 /// fraction of its target.
 const HOLD_BAND: f64 = 0.05;
+/// A cut drains only the backlog beyond this many exit thresholds of the app's work (40 ms
+/// at the defaults): a queue that short is the hysteresis band's, which the max wait bounds.
+const BACKLOG_KEPT_EXITS: f64 = 4.0;
+/// A cut drains at most this share of the app's rate per window: refusing more would idle
+/// the app once the backlog is gone.
+const MAX_DRAIN_SHARE: f64 = 0.5;
+/// The app was saturated over a window whose queue was busy at least 1 / this of it: long
+/// enough that the rate over the busy time is the app's, not one burst's.
+const SATURATED_BUSY_SHARE: u64 = 4;
+/// When the level, not the app, set a window's rate (it refused, the queue never held
+/// any), the estimate probes this much higher: a faster app is followed within ~2 s.
+const LEVEL_BOUND_PROBE: f64 = 1.5;
+/// A whole quiet censored window probes this many times what completed (after the
+/// margin): the demand the callers refused is unseen here, so the probe is bold.
+const CENSORED_QUIET_PROBE: f64 = 2.1;
+/// A censored window is quiet only if its mean wait is under 1 / this of the exit
+/// threshold: a queue that formed at all is evidence against room.
+const QUIET_WAIT_SHARE: u64 = 10;
+/// A window shorter than this share of the nominal one (an early close) holds too few
+/// requests to judge room for twice what came on.
+const MIN_JUDGED_WINDOW: f64 = 0.5;
+/// A saturated rate within this share of the estimate averages with it (noise); beyond,
+/// it replaces it (a step change: the app got much slower or faster).
+const STEP_CHANGE: f64 = 0.25;
+/// A saturated rate far under the estimate lowers it to at most this share per window:
+/// one odd window must not crash it.
+const MAX_FALL_PER_WINDOW: f64 = 0.5;
 
 impl CapacityLaw {
     /// The capacity law's target, in arrivals of this window: the app's completion rate
@@ -169,15 +197,15 @@ impl CapacityLaw {
     /// threshold allows, drained over about one nominal window and never more than half
     /// the rate. `None` before any completion was seen (nothing to aim at: hold).
     fn capacity_target(&mut self, zone: Zone, w: &WindowSummary, censored: bool) -> Option<f64> {
-        // See CAPACITY_MARGIN: aim a little over the app's rate.
+        // A little over the app's rate, or under it when censored (see the margins).
         let margin = if censored { CENSORED_MARGIN } else { CAPACITY_MARGIN };
         let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
         let per_window = cap * secs(w);
         Some(match zone {
             Zone::Cut => {
-                let allowed = cap * 4.0 * self.exit_ns as f64 / 1e9;
+                let allowed = cap * BACKLOG_KEPT_EXITS * self.exit_ns as f64 / 1e9;
                 let excess = (w.queue_depth as f64 - allowed).max(0.0);
-                let drain_rate = (excess / self.window_secs).min(0.5 * cap);
+                let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
                 (cap - drain_rate) * secs(w)
             }
             Zone::Hold => per_window,
@@ -190,10 +218,11 @@ impl CapacityLaw {
 
     /// Updates the capacity estimate from a window's completions. While the queue was
     /// non-empty the app was busy: its completion rate then *is* the capacity (averaged
-    /// with the last one) if that was at least a quarter of the window. Any other window
-    /// only proves a lower bound. A window with no completions says nothing (a stall must not zero
-    /// the estimate, or the level would take long to re-open after it). `censored`: nothing
-    /// above the level arrived (see [`is_censored`]).
+    /// with the last one) if that was at least a quarter of the window
+    /// ([`SATURATED_BUSY_SHARE`]). Any other window only proves a lower bound. A window with
+    /// no completions says nothing (a stall must not zero the estimate, or the level would
+    /// take long to re-open after it). `censored`: next to nothing above the level arrived
+    /// (see [`is_censored`]).
     fn observe_completions(
         &mut self,
         zone: Zone,
@@ -205,30 +234,32 @@ impl CapacityLaw {
         }
         // Saturated: the queue was non-empty for a good part of the window, so the app
         // was busy then; its rate over that time is its capacity.
-        let saturated = w.busy_ns * 4 >= w.duration_ns && w.busy_completed > 0;
+        let saturated = w.busy_ns * SATURATED_BUSY_SHARE >= w.duration_ns && w.busy_completed > 0;
         let rate = if saturated {
             w.busy_completed as f64 / (w.busy_ns as f64 / 1e9)
         } else if w.busy_ns == 0 && w.queue_depth == 0 && w.admitted < w.arrivals {
             // The level refused requests, yet the queue never held any: the app took all
             // it was given, so the level (not the app) set this rate. Probe a half
             // higher; a window that finds the queue busy measures the real figure.
-            1.5 * w.completed as f64 / secs(w)
+            LEVEL_BOUND_PROBE * w.completed as f64 / secs(w)
         } else if w.busy_ns == 0
             && w.queue_depth == 0
-            && w.mean_queuing_ns * 10 < self.exit_ns
+            && w.mean_queuing_ns * QUIET_WAIT_SHARE < self.exit_ns
             && censored
             && zone == Zone::Relax
-            && secs(w) >= 0.5 * self.window_secs
+            && secs(w) >= MIN_JUDGED_WINDOW * self.window_secs
         {
             // The same with the refusals made upstream (callers' egress refuses above the
             // level this sidecar advertises), unseen here: a whole window (at least half
             // the nominal one: a few requests in a short window prove nothing) in which
-            // the app never queued (and nobody waited a tenth of the exit threshold). Room for twice as much, which re-opens fully (see
-            // `open_beyond_arrivals`): a downstream that recovered is not kept creeping
-            // up a few levels a window, and if it had not, the callers' requests arrive
-            // again and the next window cuts from what it sees. (A little over twice after
-            // the margin.)
-            2.1 / (1.0 - CENSORED_MARGIN) * w.completed as f64 / secs(w)
+            // the app never queued (and nobody waited a tenth of the exit threshold). The
+            // target becomes a little over twice what completed (after the margin), so
+            // the level opens past what arrived by about as much again (see
+            // `open_beyond_arrivals`; not fully, which takes room for three times what
+            // came): a downstream that recovered doubles what it admits each window
+            // rather than creeping up a few levels, and if it had not, the callers'
+            // requests arrive again and the next window cuts from what it sees.
+            CENSORED_QUIET_PROBE / (1.0 - CENSORED_MARGIN) * w.completed as f64 / secs(w)
         } else {
             w.completed as f64 / secs(w)
         };
@@ -236,12 +267,16 @@ impl CapacityLaw {
             // A step change (the app got much slower or faster) replaces the estimate;
             // within a quarter of it, the two average out noise.
             Some(old)
-                if saturated && self.capacity_measured && (rate - old).abs() <= 0.25 * old =>
+                if saturated
+                    && self.capacity_measured
+                    && (rate - old).abs() <= STEP_CHANGE * old =>
             {
                 0.5 * old + 0.5 * rate
             }
             // Far lower: at most halve per window (one odd window must not crash it).
-            Some(old) if saturated && self.capacity_measured && rate < old => rate.max(0.5 * old),
+            Some(old) if saturated && self.capacity_measured && rate < old => {
+                rate.max(MAX_FALL_PER_WINDOW * old)
+            }
             Some(old) if !saturated => old.max(rate),
             _ => rate,
         });
@@ -255,37 +290,31 @@ fn near(admitted: f64, target: f64) -> bool {
     (admitted - target).abs() <= HOLD_BAND * target
 }
 
-/// Next to nothing above `current` arrived in the window (at most one in
-/// [`CENSORED_ABOVE`], or at most [`CENSORED_STRAGGLERS`], and `current` is not fully
-/// open): the histogram is censored at the
-/// level. That is what a sidecar whose callers run weir's egress sees once they know its
+/// Next to nothing above `current` arrived in the window (`current` cuts but does not
+/// bind, see [`level_binds`], or at most [`CENSORED_STRAGGLERS`] arrived above it): the
+/// histogram is censored at the level. That is what a sidecar whose callers run weir's egress sees once they know its
 /// level: they refuse above it before sending, so it counts what it admits plus the few
 /// sent before the callers heard of a cut. A sidecar that sees all of its demand has far
 /// more above a cut, except right at 1x.
-fn is_censored(histogram: &[u32], current: AdmissionLevel) -> bool {
-    let cur = current.compound() as usize;
-    if cur + 1 >= COMPOUND_LEVELS {
+pub(super) fn is_censored(histogram: &[u32], current: AdmissionLevel) -> bool {
+    if current == AdmissionLevel::FULLY_OPEN {
         return false;
     }
-    let above: u64 = histogram[cur + 1..].iter().map(|&n| n as u64).sum();
-    let all: u64 = above + histogram[..=cur].iter().map(|&n| n as u64).sum::<u64>();
     // A thin window (a short early re-open) judged by share alone would call two stragglers
     // out of nine "demand": that opened the level fully and let the callers' backlog in.
-    above * CENSORED_ABOVE <= all || above <= CENSORED_STRAGGLERS
+    !level_binds(histogram, current) || arrivals_beyond(histogram, current) <= CENSORED_STRAGGLERS
 }
 
 /// Arrivals above the level that a window may hold and still count as censored whatever
 /// its size: requests the callers sent before they heard of a cut.
 const CENSORED_STRAGGLERS: u64 = 2;
 
-/// [`open_beyond_arrivals`] opens fully when the spare room is this many times what came.
+/// [`open_beyond_arrivals`] opens fully when the spare room is this many times what came:
+/// with merely as much again, a quiet window's probe opened fully (a sawtooth).
 const CENSORED_FULL_OPEN_ROOM: f64 = 2.0;
 
 /// Fewer arrivals than this make a window too thin to extrapolate a density from.
 const THIN_WINDOW: u64 = 20;
-
-/// See [`is_censored`]: 1 in 50.
-const CENSORED_ABOVE: u64 = 50;
 
 /// The level for a window whose arrivals all fit in `target` while `current` cuts: past
 /// the highest bucket that arrived (or `current`, if higher) by the spare room (`target`
@@ -315,8 +344,9 @@ pub fn open_beyond_arrivals(
     let arrived: u64 = histogram.iter().map(|&n| n as u64).sum();
     let spare = target - arrived as f64;
     // Fully open only with room for three times what came: the estimate behind a quiet
-    // censored window is a probe (half above what completed), and room for merely twice
-    // what came opened fully on a probe and let the callers' backlog in (a sawtooth).
+    // censored window is a probe (a little over twice what completed), and room for
+    // merely twice what came opened fully on such a probe and let the callers' backlog in
+    // (a sawtooth).
     if spare >= CENSORED_FULL_OPEN_ROOM * arrived as f64 && may_open_fully {
         return AdmissionLevel::FULLY_OPEN;
     }

@@ -6,6 +6,13 @@ use super::{secs, toward_target, ControlLaw, WindowSummary, Zone};
 use crate::config::EngineConfig;
 use crate::priority::AdmissionLevel;
 
+/// The drain term is the window's excess wait over its length, over this: a gentle drain,
+/// since the capacity it multiplies was measured with that backlog in place.
+const DRAIN_DIVISOR: f64 = 4.0;
+/// The drain term takes at most this share off the target: a cut that refuses more idles
+/// the app once the backlog is gone.
+const MAX_DRAIN: f64 = 0.25;
+
 #[derive(Debug, Clone)]
 pub(super) struct GoodputLaw {
     alpha: f64,
@@ -48,7 +55,7 @@ impl ControlLaw for GoodputLaw {
                 // Aim below capacity by the trim plus what drains the backlog above
                 // the exit threshold within about one window.
                 let excess = w.mean_queuing_ns.saturating_sub(self.exit_ns) as f64;
-                let drain = (excess / w.duration_ns.max(1) as f64 / 4.0).min(0.25);
+                let drain = (excess / w.duration_ns.max(1) as f64 / DRAIN_DIVISOR).min(MAX_DRAIN);
                 cap * secs(w) * (1.0 - self.trim - drain)
             }
             (Zone::Cut, None) => (1.0 - self.alpha) * w.admitted as f64,

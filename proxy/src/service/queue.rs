@@ -141,7 +141,7 @@ impl Inbound {
         Conditions {
             now: engine.clock().nanos_at(now),
             level: engine.level(),
-            level_binds: engine.level_refuses(),
+            level_binds: engine.level_binds(),
             typical_app: nanos(self.shared.app_time.typical()),
         }
     }
