@@ -5,115 +5,27 @@
 //! threads or time.
 
 use crate::config::{EngineConfig, Law};
-use crate::priority::{AdmissionLevel, COMPOUND_LEVELS, USER_LEVELS};
+use crate::priority::{AdmissionLevel, COMPOUND_LEVELS};
 
 mod capacity;
 mod dagor;
 mod detector;
 mod goodput;
+mod histogram;
+mod law;
+mod window;
 
 pub use capacity::open_beyond_arrivals;
 pub use detector::OverloadDetector;
+pub use histogram::{level_binds, level_for_target};
+pub use window::{queuing_signal_ns, WindowSummary, Zone};
 
 use capacity::CapacityLaw;
 use dagor::DagorLaw;
 use goodput::GoodputLaw;
-
-/// What happened in one closed window.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct WindowSummary {
-    /// How long the window was open, in nanoseconds.
-    pub duration_ns: u64,
-    /// Requests that asked for admission (admitted or not).
-    pub arrivals: u64,
-    /// Requests the level admitted (in shadow mode: would have admitted).
-    pub admitted: u64,
-    /// Requests that left the pending queue (queuing samples), dropped ones included.
-    pub dispatched: u64,
-    /// Of those, how many the residence gate dropped instead of sending to the app.
-    pub dropped: u64,
-    /// Mean time those requests waited in the queue, in nanoseconds.
-    pub mean_queuing_ns: u64,
-    /// Responses the app completed in the window (response headers received).
-    pub completed: u64,
-    /// The age of the oldest request still waiting when the window closed, in
-    /// nanoseconds: a stalled app lets nothing leave the queue, so without it a stall
-    /// would look like an idle window.
-    pub oldest_waiting_ns: u64,
-    /// Requests waiting in the queue when the window closed.
-    pub queue_depth: u64,
-    /// Closed before its time because the queue grew fast.
-    pub early: bool,
-    /// How long in the window the pending queue was non-empty (the app busy throughout,
-    /// its in-flight limit full), as seen by `observe_queue`, and how many responses the
-    /// app completed meanwhile: the app's capacity is their ratio.
-    pub busy_ns: u64,
-    pub busy_completed: u64,
-}
-
-impl WindowSummary {
-    /// What the detector compares with its thresholds: the mean wait of the requests that
-    /// left the queue, or the age of the oldest one still in it if that is longer.
-    ///
-    /// Requests still waiting are samples too, censored: each counts as half the oldest
-    /// one's age. In a stall (nothing leaves, the queue grows) they dominate and the
-    /// window reads overloaded; in normal operation a few waiters among hundreds of
-    /// dispatched requests barely move the mean.
-    pub fn queuing_signal_ns(&self) -> u64 {
-        queuing_signal_ns(
-            self.dispatched,
-            self.mean_queuing_ns,
-            self.queue_depth,
-            self.oldest_waiting_ns,
-        )
-    }
-}
-
-/// The mean wait over `dispatched` requests (mean `mean_ns`) and `waiting` requests still
-/// queued, each counted as half the age of the oldest (`oldest_ns`).
-pub fn queuing_signal_ns(dispatched: u64, mean_ns: u64, waiting: u64, oldest_ns: u64) -> u64 {
-    let waiting = if oldest_ns == 0 { 0 } else { waiting.max(1) };
-    let n = dispatched + waiting;
-    if n == 0 {
-        return 0;
-    }
-    let sum = dispatched as u128 * mean_ns as u128 + waiting as u128 * (oldest_ns / 2) as u128;
-    (sum / n as u128) as u64
-}
-
-/// The detector's verdict on a window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Zone {
-    /// Mean queuing above the threshold: cut.
-    Cut,
-    /// Between the exit and entry thresholds: keep the level (hysteresis).
-    Hold,
-    /// At or below the exit threshold: relax.
-    Relax,
-}
+use law::ControlLaw;
 
 // === the laws ===
-
-/// One control law: the level for the next window, from the detector's verdict on the
-/// window that closed, its summary and its arrivals histogram (`histogram[c]` counts
-/// arrivals at compound level `c`; at least one arrived).
-trait ControlLaw {
-    fn next_level(
-        &mut self,
-        current: AdmissionLevel,
-        zone: Zone,
-        w: &WindowSummary,
-        histogram: &[u32],
-    ) -> AdmissionLevel;
-
-    /// A window in which nothing arrived (the level does not move on it).
-    fn observe_idle(&mut self, _zone: Zone, _w: &WindowSummary) {}
-
-    /// The app's capacity as the law measures it, requests per second.
-    fn capacity_estimate(&self) -> Option<f64> {
-        None
-    }
-}
 
 #[derive(Debug, Clone)]
 enum Laws {
@@ -229,94 +141,6 @@ pub fn relaxed_in_silence(
         / u128::from(full_after_ns.max(1))) as u64;
     AdmissionLevel::from_compound((start + moved).min(open) as u16)
         .unwrap_or(AdmissionLevel::FULLY_OPEN)
-}
-
-// === the histogram ===
-
-/// A level binds when more than 1 in this many of a window's arrivals lie beyond it: below
-/// that it refuses (next to) nothing, as behind callers whose egress refuses beyond it.
-const BINDS_ONE_IN: u64 = 50;
-
-/// Whether `level` binds on a window's arrivals: more than 1 in 50 (`BINDS_ONE_IN`) of them lie
-/// beyond it. The one boundary between a level that refuses a real share of what arrives
-/// (the engine's [`level_binds`](crate::AdmissionEngine::level_binds), under which the
-/// queue's max wait applies) and one that cuts but refuses next to nothing (behind callers
-/// whose egress refuses beyond it: the capacity law's censored window).
-pub fn level_binds(histogram: &[u32], level: AdmissionLevel) -> bool {
-    let all: u64 = histogram.iter().map(|&n| u64::from(n)).sum();
-    arrivals_beyond(histogram, level) * BINDS_ONE_IN > all
-}
-
-/// Arrivals less important than `level` (those it refuses).
-fn arrivals_beyond(histogram: &[u32], level: AdmissionLevel) -> u64 {
-    let first = (level.compound() as usize + 1).min(histogram.len());
-    histogram[first..].iter().map(|&n| u64::from(n)).sum()
-}
-
-fn secs(w: &WindowSummary) -> f64 {
-    w.duration_ns.max(1) as f64 / 1e9
-}
-
-/// The level that admits about `target` of the window's arrivals, at least one fine step
-/// tighter when cutting and one looser when relaxing (so a cut always sheds something
-/// that arrived, and a relax always admits more).
-fn toward_target(
-    histogram: &[u32],
-    current: AdmissionLevel,
-    zone: Zone,
-    target: f64,
-) -> AdmissionLevel {
-    let proposed = level_for_target(histogram, target);
-    match zone {
-        Zone::Cut if proposed >= current => step_below(histogram, current),
-        Zone::Relax if proposed <= current => step_above(histogram, current),
-        _ => proposed,
-    }
-}
-
-/// The least important level whose cumulative arrivals stay within `target`; fully open
-/// when everything fits. Levels only ever land just below a non-empty bucket.
-pub fn level_for_target(histogram: &[u32], target: f64) -> AdmissionLevel {
-    let mut cumulative = 0u64;
-    // Whole business classes first (a vectorised sum), buckets only in the class where
-    // the target falls: the walk runs on every rollover.
-    for (class, chunk) in histogram.chunks(USER_LEVELS as usize).enumerate() {
-        let sum: u64 = chunk.iter().map(|&n| n as u64).sum();
-        if (cumulative + sum) as f64 <= target {
-            cumulative += sum;
-            continue;
-        }
-        for (u, &n) in chunk.iter().enumerate() {
-            if n > 0 && (cumulative + n as u64) as f64 > target {
-                // Admit everything strictly more important than this bucket.
-                let c = class * USER_LEVELS as usize + u;
-                return AdmissionLevel::from_compound(c.saturating_sub(1) as u16)
-                    .unwrap_or(AdmissionLevel::FULLY_OPEN);
-            }
-            cumulative += n as u64;
-        }
-    }
-    AdmissionLevel::FULLY_OPEN
-}
-
-/// One fine step tighter than `current`: just below the nearest non-empty bucket at or
-/// under it, so the step always sheds something that arrived.
-fn step_below(histogram: &[u32], current: AdmissionLevel) -> AdmissionLevel {
-    let cur = current.compound() as usize;
-    let c = (0..=cur).rev().find(|&c| histogram[c] > 0).unwrap_or(0);
-    AdmissionLevel::from_compound(c.saturating_sub(1) as u16).unwrap_or(current)
-}
-
-/// One fine step looser: up to just below the next non-empty bucket above the one
-/// `current` would admit next, so the step lets exactly one more bucket in.
-fn step_above(histogram: &[u32], current: AdmissionLevel) -> AdmissionLevel {
-    let cur = current.compound() as usize;
-    let first = (cur + 1..COMPOUND_LEVELS).find(|&c| histogram[c] > 0);
-    let Some(first) = first else { return AdmissionLevel::FULLY_OPEN };
-    match (first + 1..COMPOUND_LEVELS).find(|&c| histogram[c] > 0) {
-        Some(next) => AdmissionLevel::from_compound((next - 1) as u16).unwrap_or(current),
-        None => AdmissionLevel::FULLY_OPEN,
-    }
 }
 
 #[cfg(test)]

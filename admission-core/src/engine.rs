@@ -216,9 +216,9 @@ impl<C: Clock> AdmissionEngine<C> {
         }
     }
 
-    /// Call, in addition to [`Self::record_queuing`], for a request the residence gate
-    /// dropped at dequeue: it left the queue without costing the app anything, so the
-    /// goodput law must not count it as capacity.
+    /// Call, in addition to [`Self::record_queuing`], for a request that left the queue
+    /// without reaching the app (refused at dequeue or while waiting, evicted, or its caller
+    /// left): it cost the app nothing, so the goodput law must not count it as capacity.
     #[inline]
     pub fn record_gate_drop(&self) {
         self.dropped.0.fetch_add(1, Relaxed);

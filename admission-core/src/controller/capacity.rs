@@ -2,8 +2,9 @@
 //! was busy), less what drains an excess backlog; behind callers that run weir's egress
 //! (a censored histogram), open past what arrived by the spare room rather than fully.
 
-use super::{arrivals_beyond, level_binds, level_for_target, secs, step_above};
-use super::{ControlLaw, WindowSummary, Zone};
+use super::histogram::{arrivals_beyond, level_binds, level_for_target, step_above};
+use super::law::ControlLaw;
+use super::window::{secs, WindowSummary, Zone};
 use crate::config::EngineConfig;
 use crate::priority::{AdmissionLevel, COMPOUND_LEVELS, USER_LEVELS};
 

@@ -1,7 +1,9 @@
 //! The paper's law, exactly: overloaded, admit `(1 - alpha)` of what the window admitted;
 //! not overloaded, `(1 + beta)` of it; at least one fine step either way.
 
-use super::{toward_target, ControlLaw, WindowSummary, Zone};
+use super::histogram::toward_target;
+use super::law::ControlLaw;
+use super::window::{WindowSummary, Zone};
 use crate::config::EngineConfig;
 use crate::priority::AdmissionLevel;
 

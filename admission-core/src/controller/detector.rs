@@ -1,6 +1,6 @@
 //! The overload detector: the window's queuing signal against two thresholds.
 
-use super::{WindowSummary, Zone};
+use super::window::{WindowSummary, Zone};
 use crate::config::EngineConfig;
 
 /// Mean queuing time against a threshold, with a lower exit threshold so the state

@@ -2,7 +2,9 @@
 //! excluded) of windows whose queue did not shrink, less the trim and a drain term;
 //! relaxed, back to that rate at once, then `beta` up.
 
-use super::{secs, toward_target, ControlLaw, WindowSummary, Zone};
+use super::histogram::toward_target;
+use super::law::ControlLaw;
+use super::window::{secs, WindowSummary, Zone};
 use crate::config::EngineConfig;
 use crate::priority::AdmissionLevel;
 
