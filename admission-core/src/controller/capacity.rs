@@ -324,12 +324,12 @@ const THIN_WINDOW: u64 = 20;
 /// twice everything that arrived and `may_open_fully` (a downstream with that much room
 /// re-opens in one window rather than creeping up).
 ///
-/// Used for censored windows only (see [`is_censored`]): behind callers' egress (which
+/// Used for censored windows only (see `is_censored`): behind callers' egress (which
 /// refuse above the advertised level before sending) it is what keeps the level from
 /// opening fully whenever the refused demand, invisible here, fits no longer.
 ///
 /// The density is arrivals per compound level over that bucket's business class up to it
-/// (users are spread evenly within a class); with fewer than [`THIN_WINDOW`] arrivals in
+/// (users are spread evenly within a class); with fewer than `THIN_WINDOW` arrivals in
 /// all, never less than the arrivals per non-empty bucket (a step then opens at most
 /// `spare` levels).
 pub fn open_beyond_arrivals(
