@@ -152,6 +152,8 @@ impl QueuePolicy {
         let mut check = self.check(w, at, true);
         // Only what the max-wait rule reads is looked up (each is a walk of the queue).
         if check.overloaded && check.marginal && past_max_wait {
+            // (Nothing less important is left after the eviction above, unless one joined
+            // since: the proxy's queue is shared with other tasks.)
             check.less_important_waiting = queue.less_important_waiting(w.priority);
             // The rest of its wait: the waiters served before it, less itself.
             let ahead = queue.waiting_ahead_of(w.priority).saturating_sub(1);
