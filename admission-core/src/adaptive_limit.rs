@@ -317,7 +317,7 @@ impl AdaptiveLimit {
     }
 
     /// Whether the admission level refuses a real share of the arrivals now (the engine's
-    /// `level_refuses`): a loose cut tightens only then.
+    /// `level_binds`): a loose cut tightens only then.
     pub fn set_refusing(&mut self, refusing: bool) {
         self.refusing = refusing;
     }
