@@ -429,7 +429,9 @@ def check_injector(case: Case) -> None:
     ns_label = {e["key"]: e for e in ns_hook["namespaceSelector"]["matchExpressions"]}["weir.dev/inject"]
     assert (ns_label["operator"], ns_label["values"]) == ("In", ["enabled"]), ns_label
     pod_ns_label = {e["key"]: e for e in pod_hook["namespaceSelector"]["matchExpressions"]}["weir.dev/inject"]
-    assert (pod_ns_label["operator"], sorted(pod_ns_label["values"])) == ("NotIn", ["disabled", "enabled"]), pod_ns_label
+    # A namespace opted out in any spelling the injector reads as "no" vetoes a pod's label.
+    opt_outs = {"disabled", "false", "False", "FALSE", "0", "no", "No", "off", "Off"}
+    assert pod_ns_label["operator"] == "NotIn" and set(pod_ns_label["values"]) == opt_outs | {"enabled"}, pod_ns_label
     pod = dep["spec"]["template"]
     assert pod["metadata"]["labels"].get("weir.dev/inject") == "disabled", "injector pods must opt out of injection"
     assert pod["spec"]["automountServiceAccountToken"] is False
