@@ -63,16 +63,6 @@ pub fn read_table_bytes(path: &Path) -> std::io::Result<Vec<u8>> {
 
 fn read_bounded(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
     use std::io::{Error, ErrorKind};
-    let regular = |meta: &std::fs::Metadata| {
-        if meta.is_file() {
-            Ok(())
-        } else {
-            Err(Error::new(
-                ErrorKind::InvalidInput,
-                format!("not a regular file but {}", file_kind(meta.file_type())),
-            ))
-        }
-    };
     let too_large = |len: u64| {
         Err(Error::new(
             ErrorKind::InvalidData,
@@ -80,20 +70,46 @@ fn read_bounded(path: &Path, max: usize) -> std::io::Result<Vec<u8>> {
         ))
     };
     let stat = std::fs::metadata(path)?;
-    regular(&stat)?;
+    require_regular(&stat)?;
     if stat.len() > max as u64 {
         return too_large(stat.len());
     }
-    let file = std::fs::File::open(path)?;
     // The path may have been swapped since the stat: judge what was opened.
-    let opened = file.metadata()?;
-    regular(&opened)?;
+    let (file, opened) = open_regular(path)?;
     let mut bytes = Vec::with_capacity(opened.len().min(max as u64) as usize);
     file.take(max as u64 + 1).read_to_end(&mut bytes)?;
     if bytes.len() > max {
         return too_large(bytes.len() as u64);
     }
     Ok(bytes)
+}
+
+/// Opens `path` for reading without blocking and checks that what was opened is a regular
+/// file. Non-blocking: a FIFO (swapped in for the file after a stat, say) would make a plain
+/// open wait for a writer, for ever; this one returns and the check refuses it. (No effect
+/// on a regular file's reads.)
+fn open_regular(path: &Path) -> std::io::Result<(std::fs::File, std::fs::Metadata)> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path)?;
+    let meta = file.metadata()?;
+    require_regular(&meta)?;
+    Ok((file, meta))
+}
+
+fn require_regular(meta: &std::fs::Metadata) -> std::io::Result<()> {
+    if meta.is_file() {
+        return Ok(());
+    }
+    Err(std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        format!("not a regular file but {}", file_kind(meta.file_type())),
+    ))
 }
 
 fn file_kind(t: std::fs::FileType) -> &'static str {
@@ -210,5 +226,24 @@ mod tests {
             std::os::unix::fs::symlink(&small, &link).unwrap();
             assert_eq!(read_bounded(&link, 64).unwrap(), b"rules: []\n");
         }
+    }
+
+    /// The open after the stat: a FIFO there (swapped in after the stat) is refused at
+    /// once, where a blocking open would wait for a writer for ever. The open runs on a
+    /// thread so a regression fails the test instead of hanging it.
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_swapped_in_after_the_stat_does_not_block_the_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
+        assert!(made.success(), "mkfifo");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(open_regular(&fifo).map(|_| ()).map_err(|e| e.to_string()));
+        });
+        let opened = rx.recv_timeout(std::time::Duration::from_secs(5)).expect("open returned");
+        let e = opened.unwrap_err();
+        assert!(e.contains("a FIFO"), "{e}");
     }
 }
