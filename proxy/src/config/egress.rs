@@ -96,6 +96,13 @@ pub struct EgressTimeouts {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
     pub graceful_close: Duration,
+    /// A pooled HTTP/1.1 connection to a downstream unused for this long is closed: below
+    /// the keep-alive timeout of common servers (uvicorn and node 5 s, gunicorn 2 s), so
+    /// the egress closes first instead of sending on a connection the server is closing
+    /// (and an idempotent request that meets such a close is retried once).
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
+    pub downstream_idle: Duration,
     /// TCP connect to a downstream.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "HumanDuration")]
@@ -138,6 +145,7 @@ impl Default for EgressTimeouts {
             body_read: Duration::from_secs(10),
             write: Duration::from_secs(10),
             graceful_close: Duration::from_secs(5),
+            downstream_idle: Duration::from_secs(1),
             connect: Duration::from_secs(1),
             resolve: Duration::from_secs(1),
             resolve_ttl: Duration::from_secs(10),
@@ -182,6 +190,7 @@ impl EgressConfig {
             ("egress.timeouts.body_read", t.body_read),
             ("egress.timeouts.write", t.write),
             ("egress.timeouts.graceful_close", t.graceful_close),
+            ("egress.timeouts.downstream_idle", t.downstream_idle),
             ("egress.timeouts.connect", t.connect),
             ("egress.timeouts.resolve", t.resolve),
             ("egress.timeouts.resolve_ttl", t.resolve_ttl),

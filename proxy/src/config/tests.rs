@@ -129,6 +129,7 @@ fn hardening_settings_have_documented_defaults_and_are_validated() {
         ("inbound:\n  max_budget: 2h\n", "inbound.max_budget"),
         ("inbound:\n  max_budget: soon\n", "inbound.max_budget"),
         ("inbound:\n  timeouts: { app_idle: 0s }\n", "inbound.timeouts.app_idle"),
+        ("egress:\n  timeouts: { downstream_idle: 0s }\n", "egress.timeouts.downstream_idle"),
         ("inbound:\n  timeouts: { graceful_close: 0s }\n", "inbound.timeouts.graceful_close"),
         ("inbound:\n  timeouts: { graceful_close: 2h }\n", "inbound.timeouts.graceful_close"),
     ] {

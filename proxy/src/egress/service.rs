@@ -33,8 +33,6 @@ const H2_CONNECTIONS: usize = 2;
 /// Downstream addresses with a connection pool; beyond that, a request gets a fresh,
 /// unpooled connection (bounded memory whatever the app calls).
 pub(super) const MAX_POOLS: usize = 1024;
-/// Idle pooled HTTP/1.1 connections to a downstream older than this are closed.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What every egress connection shares.
 pub struct EgressService {
@@ -125,7 +123,7 @@ impl EgressService {
             client: ClientSettings {
                 connect_timeout: egress.timeouts.connect,
                 max_idle_http1: egress.max_idle_per_downstream,
-                idle_timeout: POOL_IDLE_TIMEOUT.min(egress.timeouts.idle),
+                idle_timeout: egress.timeouts.downstream_idle,
                 h2_connections: H2_CONNECTIONS,
             },
             pools: Mutex::new(HashMap::new()),
