@@ -61,6 +61,7 @@ use crate::listener::accept_bounded;
 use crate::own_time::DownstreamWaits;
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason, WeirError};
+use crate::route_level::{self, Ages, RouteState};
 use crate::sidecar::StartError;
 
 pub mod config;
@@ -95,7 +96,11 @@ pub struct Egress {
 
 /// What every egress connection shares.
 pub struct EgressService {
-    levels: DownstreamLevels<MonotonicClock>,
+    levels: Arc<DownstreamLevels<MonotonicClock>>,
+    /// Per-route levels (shared with the inbound role when the sidecar runs both).
+    routes: Arc<RouteState>,
+    /// How long the downstream's level has refused each class (`retry-after` grows).
+    ages: Ages,
     stats: EgressStats,
     refusals: Refusals,
     level_name: HeaderName,
@@ -155,6 +160,14 @@ pub const DOWNSTREAM_LEVEL_METRIC: &str = "weir_downstream_level";
 pub const LEVEL_HEADERS_TOTAL: &str = "weir_downstream_level_headers_total";
 pub const ERRORS_TOTAL: &str = "weir_egress_errors_total";
 pub const REJECTED_TOTAL: &str = "weir_egress_rejected_total";
+/// Per-route slots held, by `kind` (`routes`, `dependencies`, `cached_route_levels`).
+pub const ROUTE_SLOTS_METRIC: &str = "weir_route_slots";
+/// What learning a dependency did, by `result`.
+pub const ROUTE_LEARN_TOTAL: &str = "weir_route_dependencies_learnt_total";
+/// `x-weir-route-level` headers on downstream responses, by `result`.
+pub const ROUTE_LEVEL_HEADERS_TOTAL: &str = "weir_route_level_headers_total";
+/// Retries of calls a downstream refused, refused locally while its level held.
+pub const RETRIES_REFUSED_TOTAL: &str = "weir_egress_retries_refused_total";
 const LEVEL_HEADER_RESULTS: [&str; 5] =
     ["cached", "uncached_over_max_authorities", "absent", "malformed", "repeated"];
 
@@ -285,6 +298,10 @@ impl Egress {
             others.iter().copied().chain([addr]).chain(routes.iter().map(|(_, local, _)| *local)),
         );
         let mut service = EgressService::new(config, own).map_err(StartError::Other)?;
+        if let Some(routes) = waits.as_ref().and_then(|w| w.routes()) {
+            service.levels = routes.authority_levels.clone();
+            service.routes = routes.clone();
+        }
         service.waits = waits;
         let service = Arc::new(service);
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -381,12 +398,15 @@ impl EgressService {
         let header = |s: &str| HeaderName::from_bytes(s.as_bytes()).map_err(|e| e.to_string());
         let level_name = header(&names.level)?;
         let shed_name = header(&names.shed)?;
+        let routes = Arc::new(RouteState::new(
+            &egress.per_route,
+            egress.level_expiry,
+            egress.max_authorities,
+        ));
         Ok(EgressService {
-            levels: DownstreamLevels::new(
-                egress.level_expiry,
-                egress.max_authorities,
-                MonotonicClock::new(),
-            ),
+            levels: routes.authority_levels.clone(),
+            routes,
+            ages: route_level::ages(config.inbound.retry_after),
             stats: EgressStats::new(),
             refusals: Refusals::new(
                 level_name.clone(),
@@ -443,6 +463,11 @@ impl EgressService {
         &self.levels
     }
 
+    /// Per-route levels.
+    pub fn routes(&self) -> &Arc<RouteState> {
+        &self.routes
+    }
+
     pub fn stats(&self) -> &EgressStats {
         &self.stats
     }
@@ -486,11 +511,36 @@ impl EgressService {
         let budget = self.budget(&parts.headers);
         if budget.is_zero() {
             self.stats.record(priority.business, EgressOutcome::ShedDeadline);
-            return self.refuse(&authority, grpc, EgressOutcome::ShedDeadline);
+            return self.refuse(&authority, grpc, EgressOutcome::ShedDeadline, priority);
         }
-        if self.levels.should_refuse(authority.as_str(), priority) {
+        // Per-route levels: the downstream route called, the inbound route it serves (a
+        // dependency learnt even if refused below), and the call's identity for retries.
+        let per_route = self.routes.enabled;
+        let out_route: Option<Box<str>> =
+            per_route.then(|| route_level::route_of(parts.uri.path()).map(|r| r.into())).flatten();
+        let call_id = match (&out_route, &self.waits) {
+            (Some(out_route), Some(waits)) => {
+                if let Some(route) = waits.route_of(&parts.headers) {
+                    self.routes.deps.learn(&route, authority.as_str(), out_route);
+                }
+                waits.key(&parts.headers).map(|key| call_id(key, authority.as_str(), out_route))
+            }
+            _ => None,
+        };
+        let refused = match &out_route {
+            Some(r) => {
+                let levels = &self.routes.route_levels;
+                levels.should_refuse(authority.as_str(), r, priority, &self.levels)
+                    || call_id.is_some_and(|id| {
+                        let current = self.routes.cached(authority.as_str(), r);
+                        self.routes.retries.is_refused_retry(id, current)
+                    })
+            }
+            None => self.levels.should_refuse(authority.as_str(), priority),
+        };
+        if refused {
             self.stats.record(priority.business, EgressOutcome::ShedDownstream);
-            return self.refuse(&authority, grpc, EgressOutcome::ShedDownstream);
+            return self.refuse(&authority, grpc, EgressOutcome::ShedDownstream, priority);
         }
         let deadline = arrival + budget;
 
@@ -522,7 +572,7 @@ impl EgressService {
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             self.stats.record(priority.business, EgressOutcome::ShedDeadline);
-            return self.refuse(&authority, grpc, EgressOutcome::ShedDeadline);
+            return self.refuse(&authority, grpc, EgressOutcome::ShedDeadline, priority);
         }
         let head_request = parts.method == Method::HEAD;
         let received = parts.version;
@@ -558,6 +608,18 @@ impl EgressService {
         self.stats.level_header(observation);
         if let Observation::Malformed(e) = observation {
             tracing::debug!(error = %e, downstream = %authority, "egress: bad level header ignored");
+        }
+        if let Some(out_route) = &out_route {
+            let routes = head.headers.get_all(route_level::ROUTE).iter().map(HeaderValue::as_bytes);
+            let levels =
+                head.headers.get_all(route_level::ROUTE_LEVEL).iter().map(HeaderValue::as_bytes);
+            self.routes.route_levels.observe(authority.as_str(), out_route, routes, levels);
+            // A refusal by the downstream: its retry waits until the level changes.
+            if let Some(id) = call_id.filter(|_| is_refusal(&head)) {
+                if let Some(level) = self.routes.cached(authority.as_str(), out_route) {
+                    self.routes.retries.refused(id, level);
+                }
+            }
         }
         crate::forward_headers::clean_response(&mut head.headers);
         // As inbound (service.rs): a downstream's HTTP/1.0 must not close the app's
@@ -614,12 +676,14 @@ impl EgressService {
         authority: &Authority,
         grpc: bool,
         outcome: EgressOutcome,
+        priority: Priority,
     ) -> Response<ResponseBody> {
-        let reason = match outcome {
-            EgressOutcome::ShedDeadline => ShedReason::Deadline,
-            _ => ShedReason::Overload,
+        let (reason, wait) = match outcome {
+            EgressOutcome::ShedDeadline => (ShedReason::Deadline, None),
+            // The longer the downstream's level refuses this class, the longer the wait.
+            _ => (ShedReason::Overload, Some(self.ages.refuse(priority.business))),
         };
-        let (status, mut headers) = self.refusals.refusal_head(grpc, reason);
+        let (status, mut headers) = self.refusals.refusal_head_after(grpc, reason, wait);
         if outcome == EgressOutcome::ShedDownstream {
             headers.insert(self.shed_name.clone(), HeaderValue::from_static(DOWNSTREAM_LEVEL));
             if grpc {
@@ -675,6 +739,21 @@ impl EgressService {
         headers.insert(self.level_name.clone(), self.level_value(authority));
         respond(status, headers)
     }
+}
+
+/// A call's identity for the retry memory: its correlation key, downstream and route.
+fn call_id(key: u64, authority: &str, route: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (key, authority, route).hash(&mut h);
+    h.finish()
+}
+
+/// A weir refusal (or one like it): `503` with `x-envoy-overloaded`, or gRPC status 8.
+fn is_refusal(head: &http::response::Parts) -> bool {
+    let overloaded = head.headers.contains_key(crate::refusal::ENVOY_OVERLOADED);
+    (head.status == StatusCode::SERVICE_UNAVAILABLE && overloaded)
+        || head.headers.get("grpc-status").is_some_and(|s| s.as_bytes() == b"8")
 }
 
 /// One outbound request in [`EgressService::active`], until dropped.
@@ -800,7 +879,44 @@ async fn export_levels(service: Arc<EgressService>, mut stop: watch::Receiver<bo
             metrics::gauge!(DOWNSTREAM_LEVEL_METRIC, "authority" => authority.to_string())
                 .set(f64::from(v));
         });
+        export_routes(&service.routes);
     }
+}
+
+/// Per-route state for `/metrics`: slots held (bounded), what learning and the route
+/// headers did (overflow and bad values counted), retries refused.
+fn export_routes(routes: &RouteState) {
+    let deps = &routes.deps;
+    metrics::gauge!(ROUTE_SLOTS_METRIC, "kind" => "routes").set(deps.routes() as f64);
+    metrics::gauge!(ROUTE_SLOTS_METRIC, "kind" => "dependencies")
+        .set(deps.dependency_slots() as f64);
+    metrics::gauge!(ROUTE_SLOTS_METRIC, "kind" => "cached_route_levels")
+        .set(routes.route_levels.len() as f64);
+    let c = deps.counters();
+    for (result, n) in [
+        ("new", c.new),
+        ("renewed", c.renewed),
+        ("route_overflow", c.route_overflow),
+        ("dependency_overflow", c.dependency_overflow),
+        ("bad_route", c.bad_route),
+    ] {
+        metrics::counter!(ROUTE_LEARN_TOTAL, "result" => result).absolute(n);
+    }
+    let r = routes.route_levels.counters();
+    let l = routes.route_levels.level_counters();
+    for (result, n) in [
+        ("cached", l.cached),
+        ("uncached_over_max_routes", l.uncached),
+        ("level_absent", l.absent),
+        ("malformed", l.malformed),
+        ("repeated", l.repeated),
+        ("absent", r.absent),
+        ("route_mismatch", r.route_mismatch),
+        ("uncached_over_max_authorities", r.authority_overflow),
+    ] {
+        metrics::counter!(ROUTE_LEVEL_HEADERS_TOTAL, "result" => result).absolute(n);
+    }
+    metrics::counter!(RETRIES_REFUSED_TOTAL).absolute(routes.retries.refused_retries());
 }
 
 // === the listener ===

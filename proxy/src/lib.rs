@@ -14,6 +14,7 @@
 //! - [`own_time`]: the app's own time, less its waits on downstreams (with the egress role).
 //! - [`priority`]: priority from headers (inner hop) or the priority table (entry).
 //! - [`refusal`]: refusal responses per the wire contract.
+//! - [`route_level`]: per-route levels (the inbound door and the egress cache per route).
 //! - [`admin`]: the control API thread and the engine's timer.
 //! - [`cli`]: the `weir` command line.
 
@@ -35,6 +36,7 @@ pub mod own_time;
 mod plane;
 pub mod priority;
 pub mod refusal;
+pub mod route_level;
 pub mod service;
 pub mod shared;
 pub mod shutdown;

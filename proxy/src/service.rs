@@ -37,6 +37,7 @@ use crate::config::{AppProtocol, SidecarConfig};
 use crate::deadline;
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason, WeirError};
+use crate::route_level::{self, Ages, RouteState};
 use crate::shared::Shared;
 use crate::telemetry::ProxyMetrics;
 
@@ -71,6 +72,10 @@ pub struct Inbound {
     max_queued_per_connection: usize,
     body_read: Duration,
     write: Duration,
+    /// Per-route levels (with the egress role on).
+    routes: Option<Arc<RouteState>>,
+    /// How long the level has refused each class (the refusal's `retry-after` grows).
+    ages: Ages,
 }
 
 /// The bound a waiter past the max wait evicts below: less important than itself, and in
@@ -120,7 +125,6 @@ impl Inbound {
             h2_connections: APP_H2_CONNECTIONS,
         };
         Ok(Inbound {
-            shared,
             metrics,
             refusals: Refusals::new(
                 header(&names.level)?,
@@ -144,6 +148,9 @@ impl Inbound {
             max_queued_per_connection: inbound.max_queued_per_connection,
             body_read: inbound.timeouts.body_read,
             write: inbound.timeouts.write,
+            routes: shared.waits.as_ref().and_then(|w| w.routes()).filter(|r| r.enabled).cloned(),
+            ages: route_level::ages(inbound.retry_after),
+            shared,
         })
     }
 
@@ -169,14 +176,40 @@ impl Inbound {
     ) -> Result<Response<ResponseBody>, Infallible> {
         let _busy = Busy::new(&conn);
         let _active = self.shared.active_request();
-        let mut response = self.handle(&conn, req).await;
+        // The route (with per-route levels on): the normalised path, no query.
+        let route: Option<Box<str>> = self
+            .routes
+            .as_ref()
+            .and_then(|_| route_level::route_of(req.uri().path()))
+            .map(|r| r.into());
+        let mut response = self.handle(&conn, req, route.as_deref()).await;
         conn.expect_head.store(true, Release);
-        let level = self.refusals.level_value(self.shared.engine.level());
-        response.headers_mut().insert(self.refusals.level_name().clone(), level);
+        let own = self.shared.engine.level();
+        let headers = response.headers_mut();
+        headers.insert(self.refusals.level_name().clone(), self.refusals.level_value(own));
+        match (&self.routes, route) {
+            (Some(routes), Some(route)) => {
+                let level = routes.aggregated(&route, own);
+                if let Ok(value) = http::HeaderValue::from_str(&route) {
+                    headers.insert(route_level::ROUTE, value);
+                    headers.insert(route_level::ROUTE_LEVEL, self.refusals.level_value(level));
+                }
+            }
+            // Never passed on from the app: they speak for this sidecar only.
+            _ => {
+                headers.remove(route_level::ROUTE);
+                headers.remove(route_level::ROUTE_LEVEL);
+            }
+        }
         Ok(response)
     }
 
-    async fn handle(self: &Arc<Self>, conn: &ConnState, req: Request<Incoming>) -> Early {
+    async fn handle(
+        self: &Arc<Self>,
+        conn: &ConnState,
+        req: Request<Incoming>,
+        route: Option<&str>,
+    ) -> Early {
         let arrival = Instant::now();
         let (mut parts, body) = req.into_parts();
         let mut body = EarlyBody::new(body);
@@ -199,6 +232,14 @@ impl Inbound {
         };
         let deadline = arrival + self.budget(&parts.headers);
         let engine = &self.shared.engine;
+
+        // The route's door: a downstream this route calls would refuse it (per-route levels),
+        // so the app does not spend work on it first.
+        if let (Some(routes), Some(route)) = (&self.routes, route) {
+            if !self.shadow() && routes.door_refuses(route, priority) {
+                return self.refuse(grpc, ShedReason::RouteLevel, priority);
+            }
+        }
 
         // Admission.
         let mut would_shed = match engine.admit(priority) {
@@ -311,7 +352,8 @@ impl Inbound {
 
         // App. What shadow mode forwards although enforcing would not have may be past its
         // budget already; it gets the task timeout, as if weir were not there.
-        let visit = self.shared.waits.as_ref().and_then(|w| w.visit(&mut parts.headers));
+        let visit =
+            self.shared.waits.as_ref().and_then(|w| w.visit_route(&mut parts.headers, route));
         let exchange = AppExchange::new(slot, now, self.shared.clone(), visit);
         let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
         self.forward(parts, body, protocol, deadline, exchange, grpc).await
@@ -473,12 +515,15 @@ impl Inbound {
     }
 
     fn refuse(&self, grpc: bool, reason: ShedReason, priority: Priority) -> Early {
-        let outcome = match reason {
-            ShedReason::Overload => Outcome::ShedOverload,
-            ShedReason::Deadline => Outcome::ShedDeadline,
+        let (outcome, wait) = match reason {
+            // The longer the level refuses this class, the longer the caller is asked to wait.
+            ShedReason::Overload | ShedReason::RouteLevel => {
+                (Outcome::ShedOverload, Some(self.ages.refuse(priority.business)))
+            }
+            ShedReason::Deadline => (Outcome::ShedDeadline, None),
         };
         self.shared.audit.record(priority.business, outcome);
-        let (status, headers) = self.refusals.refusal_head(grpc, reason);
+        let (status, headers) = self.refusals.refusal_head_after(grpc, reason, wait);
         respond(status, headers)
     }
 
