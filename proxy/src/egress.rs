@@ -866,7 +866,8 @@ impl EgressStats {
 }
 
 /// Keeps `weir_downstream_level{authority}` current: one series per cached authority (at
-/// most `egress.max_authorities`), fully open (32767) once a level has expired.
+/// most `egress.max_authorities`), fully open (32767) once a level has expired; and one
+/// `weir_downstream_level{authority,route}` per cached route level.
 async fn export_levels(service: Arc<EgressService>, mut stop: watch::Receiver<bool>) {
     let mut tick = tokio::time::interval(LEVEL_GAUGE_PERIOD);
     loop {
@@ -878,6 +879,17 @@ async fn export_levels(service: Arc<EgressService>, mut stop: watch::Receiver<bo
             let v = level.unwrap_or(AdmissionLevel::FULLY_OPEN).compound();
             metrics::gauge!(DOWNSTREAM_LEVEL_METRIC, "authority" => authority.to_string())
                 .set(f64::from(v));
+        });
+        // Per-route levels under the same name, with a `route` label (at most
+        // `max_authorities` x `per_route.max_routes_per_authority` series).
+        service.routes.route_levels.for_each(|authority, route, level| {
+            let v = level.unwrap_or(AdmissionLevel::FULLY_OPEN).compound();
+            metrics::gauge!(
+                DOWNSTREAM_LEVEL_METRIC,
+                "authority" => authority.to_string(),
+                "route" => route.to_string()
+            )
+            .set(f64::from(v));
         });
         export_routes(&service.routes);
     }
