@@ -33,6 +33,8 @@ use weir_proxy::{Sidecar, SidecarConfig};
 struct FakeB {
     level: Mutex<String>,
     route_headers: Mutex<Vec<(String, String)>>,
+    /// Answer every request with a weir-like refusal (503, `x-envoy-overloaded`).
+    refuse: AtomicBool,
     seen: AtomicU64,
 }
 
@@ -88,6 +90,13 @@ impl FakeB {
                 let mut resp = hyper::Response::builder()
                     .status(200)
                     .header("x-admission-level", me.level.lock().unwrap().as_str());
+                if me.refuse.load(Relaxed) {
+                    resp = resp
+                        .status(503)
+                        .header("x-envoy-overloaded", "true")
+                        .header("x-weir-shed", "overload")
+                        .header("retry-after", "1");
+                }
                 for (k, v) in me.route_headers.lock().unwrap().iter() {
                     resp = resp.header(k.as_str(), v.as_str());
                 }
@@ -367,4 +376,42 @@ async fn route_state_is_bounded_and_bad_values_are_counted() {
     }
     g.e.stop();
     g.a.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_of_a_refused_call_waits_for_the_level_to_change() {
+    let (b, b_addr) = FakeB::start("3.0").await;
+    let (_hold, app) = reserve_port();
+    let a = with_egress(app, |_| {});
+    let egress = a.egress().unwrap().addr();
+    let host = b_addr.to_string();
+    let call = |id: &'static str| {
+        let host = host.clone();
+        async move {
+            let headers =
+                [("host", host.as_str()), ("x-business-priority", "2"), ("x-request-id", id)];
+            Http1::new().get(&format!("http://{egress}/p"), &headers).await
+        }
+    };
+    // B admits class 2 by its level but refuses anyway (its queue is full, say).
+    b.refuse.store(true, Relaxed);
+    assert_eq!(call("r1").await.status, 503);
+    assert_eq!(b.seen.load(Relaxed), 1);
+    // The same call again, the level unchanged: refused locally, never sent.
+    for _ in 0..3 {
+        let r = call("r1").await;
+        assert_eq!((r.status, r.header("x-weir-shed")), (503, Some("downstream-level")));
+    }
+    assert_eq!(b.seen.load(Relaxed), 1, "retries did not reach B");
+    let routes = a.egress().unwrap().service().routes().clone();
+    assert_eq!(routes.retries.refused_retries(), 3);
+    // Another call goes out; its answer brings a new level, and the first call's retry
+    // goes out again.
+    b.set_level("4.0");
+    assert_eq!(call("r2").await.status, 503);
+    assert_eq!(b.seen.load(Relaxed), 2);
+    b.refuse.store(false, Relaxed);
+    assert_eq!(call("r1").await.status, 200, "the level changed: the retry is sent");
+    assert_eq!(b.seen.load(Relaxed), 3);
+    a.stop();
 }
