@@ -47,7 +47,7 @@ pub struct EngineConfig {
     #[schemars(with = "crate::schema::HumanDuration")]
     pub window: Duration,
     /// ...or after this many queuing samples, whichever comes first.
-    #[schemars(range(min = 1, max = crate::engine::MAX_WINDOW_REQUESTS))]
+    #[schemars(range(min = 1, max = crate::engine::shard::MAX_WINDOW_REQUESTS))]
     pub window_requests: u32,
     /// Overloaded when the window's mean queuing time exceeds this.
     #[serde(with = "humantime_serde")]
@@ -110,7 +110,9 @@ impl EngineConfig {
         if self.window.is_zero() {
             bad("window", "must be greater than zero");
         }
-        if self.window_requests == 0 || self.window_requests > crate::engine::MAX_WINDOW_REQUESTS {
+        if self.window_requests == 0
+            || self.window_requests > crate::engine::shard::MAX_WINDOW_REQUESTS
+        {
             bad("window_requests", "must be in 1..=1000000");
         }
         if self.queuing_threshold.is_zero() {

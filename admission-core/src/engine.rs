@@ -36,7 +36,7 @@ pub struct EngineStatus {
     pub capacity_per_sec: Option<f64>,
 }
 
-mod shard;
+pub(crate) mod shard;
 mod window;
 
 pub use shard::MAX_WINDOW_REQUESTS;

@@ -16,7 +16,7 @@ use std::ops::RangeInclusive;
 use serde::{Deserialize, Serialize};
 
 use crate::priority::{Priority, COMPOUND_LEVELS, USER_LEVELS};
-use crate::table::FieldError;
+use crate::table::error::FieldError;
 
 /// How sizes turn into priorities. Part of the priority table (`size_grade:`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

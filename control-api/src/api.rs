@@ -67,6 +67,7 @@ impl ControlPlane {
     fn metrics(&self) -> Response<Full<Bytes>> {
         let status = self.view.status();
         let counters = self.audit.snapshot();
+        let egress = self.view.egress_counters();
         let audit = self.audit_report();
         let table = self.table.load_full();
         let text = render(&Scrape {
@@ -75,6 +76,7 @@ impl ControlPlane {
             table_version: table.version(),
             table_digest: crate::metrics::table_digest(table.source()),
             counters: &counters,
+            egress: egress.as_ref(),
             last_minute: &audit.last_1m,
             table_file_rejections: self.table_file_rejections.load(Ordering::Relaxed),
             table_file_unreadable: self.table_file_unreadable.load(Ordering::Relaxed),

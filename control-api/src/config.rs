@@ -51,6 +51,10 @@ pub struct AdminConfig {
     /// do not share these: they have a permit of their own (see `timeouts.write_wait`).
     #[schemars(range(min = 1, max = 64))]
     pub max_concurrent_table_checks: usize,
+    /// Connections each admin listener serves at once; beyond that a new one is closed at
+    /// once (a scraper, the probes and an operator need a handful).
+    #[schemars(range(min = 1, max = MAX_CONNECTIONS))]
+    pub max_connections: usize,
 }
 
 /// Bounds on what one admin connection may hold.
@@ -99,6 +103,7 @@ impl Default for AdminConfig {
             audit_sample_interval: Duration::from_secs(10),
             timeouts: AdminTimeouts::default(),
             max_concurrent_table_checks: 2,
+            max_connections: 1024,
         }
     }
 }
@@ -135,6 +140,9 @@ impl AdminConfig {
         if !(1..=64).contains(&self.max_concurrent_table_checks) {
             return bad("max_concurrent_table_checks", "must be within 1..=64");
         }
+        if !(1..=MAX_CONNECTIONS).contains(&self.max_connections) {
+            return bad("max_connections", "must be within 1..=100000");
+        }
         if let Err(e) = self.inflation.validate() {
             return Err(FieldError::new("inflation.top_class_share_max", e));
         }
@@ -155,6 +163,9 @@ impl AdminConfig {
 
 /// Largest `max_body_bytes`: the table parser's own document limit.
 pub const MAX_BODY_BYTES: usize = admission_core::table::MAX_DOCUMENT_BYTES;
+
+/// Largest `max_connections`.
+pub const MAX_CONNECTIONS: usize = 100_000;
 
 /// A secret file's content without surrounding whitespace (editors and `kubectl create
 /// secret --from-file` leave a trailing newline).

@@ -1,7 +1,8 @@
 //! `GET /metrics`: the recorder's output plus series rendered from state at scrape time.
 //!
-//! Per-class request counts live in `AuditCounters` (one atomic add on the request path);
-//! turning them into `weir_requests_total` here keeps the metrics registry off that path.
+//! Per-class request counts live in `AuditCounters` (one atomic add on the request path),
+//! one set per role; turning them into the one `weir_requests_total{role,business,outcome}`
+//! family here keeps the metrics registry off that path.
 
 use std::fmt::Write;
 
@@ -20,7 +21,10 @@ pub struct Scrape<'a> {
     pub table_version: u64,
     /// [`table_digest`] of the table in use.
     pub table_digest: String,
+    /// The inbound role's per-class counts.
     pub counters: &'a AuditSnapshot,
+    /// The egress role's, when there is one.
+    pub egress: Option<&'a AuditSnapshot>,
     pub last_minute: &'a WindowReport,
     pub table_file_rejections: u64,
     pub table_file_unreadable: u64,
@@ -96,24 +100,23 @@ pub fn render(s: &Scrape<'_>) -> String {
          weir_priority_table_file_unreadable_total {}",
         s.table_file_unreadable
     );
-    // The egress role counts into the same family through the recorder (its series come
-    // first, then these): one HELP/TYPE for the family, or the exposition is invalid.
-    if !out.contains("# TYPE weir_requests_total ") {
-        let _ = writeln!(
-            out,
-            "# HELP weir_requests_total Requests by role, business class and outcome.\n\
-             # TYPE weir_requests_total counter"
-        );
-    }
-    for (business, counts) in s.counters.active_classes() {
-        for outcome in Outcome::ALL {
-            let n = counts.get(outcome);
-            if n > 0 {
-                let _ = writeln!(
-                    out,
-                    "weir_requests_total{{role=\"inbound\",business=\"{business}\",outcome=\"{}\"}} {n}",
-                    outcome.as_str()
-                );
+    let _ = writeln!(
+        out,
+        "# HELP weir_requests_total Requests by role, business class and outcome.\n\
+         # TYPE weir_requests_total counter"
+    );
+    let roles = [("inbound", Some(s.counters)), ("egress", s.egress)];
+    for (role, counters) in roles {
+        for (business, counts) in counters.into_iter().flat_map(AuditSnapshot::active_classes) {
+            for outcome in Outcome::ALL {
+                let n = counts.get(outcome);
+                if n > 0 {
+                    let _ = writeln!(
+                        out,
+                        "weir_requests_total{{role=\"{role}\",business=\"{business}\",outcome=\"{}\"}} {n}",
+                        outcome.as_str()
+                    );
+                }
             }
         }
     }

@@ -1,5 +1,6 @@
 //! What the sidecar reports about itself, and the `/v1/status` document.
 
+use admission_core::audit::AuditSnapshot;
 use admission_core::{EngineStatus, Mode};
 use serde::{Deserialize, Serialize};
 
@@ -19,6 +20,11 @@ pub trait SidecarView: Send + Sync + 'static {
     fn status(&self) -> SidecarStatus;
     /// Whether `/ready` should answer 200 (listeners up, not draining).
     fn ready(&self) -> bool;
+    /// The egress role's per-class request counts (`weir_requests_total{role="egress"}`),
+    /// when the sidecar has an egress role.
+    fn egress_counters(&self) -> Option<AuditSnapshot> {
+        None
+    }
 }
 
 /// `GET /v1/status`.

@@ -1,5 +1,5 @@
 //! The `Content-Length: 5,5` rewrite on the caller's socket
-//! (`proxy/src/listener/caller_io.rs`): in the first read of a request head, a
+//! (`proxy/src/server/caller_io.rs`): in the first read of a request head, a
 //! `Content-Length` whose value is a list of equal numbers keeps one; the rest is blanked.
 //!
 //! The input is the bytes a caller sends; its first byte is where the first read ends (the

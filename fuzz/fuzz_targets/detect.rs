@@ -1,4 +1,4 @@
-//! Protocol detection on the first bytes of a connection (`proxy/src/listener/detect.rs`):
+//! Protocol detection on the first bytes of a connection (`proxy/src/server/detect.rs`):
 //! HTTP/1.1 or h2c prior knowledge, by peeking.
 //!
 //! The input is what a caller sends; its first byte says how the peeks split it (each peek

@@ -25,7 +25,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
 use crate::metrics::{Metrics, Refused};
@@ -109,16 +109,15 @@ impl WarnGate {
 }
 
 /// Serves until `shutdown` turns true, then lets open connections finish for
-/// `limits.shutdown_grace`.
+/// `limits.shutdown_grace`. Accepting is weir-net's bounded loop (`limits.max_connections`);
+/// the per-peer cap and the TLS handshake are this server's own.
 pub async fn serve(
     listener: TcpListener,
     certs: Arc<CertStore>,
     state: Arc<State>,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
 ) -> Result<(), rustls::Error> {
     let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(certs)?));
-    let slots = Arc::new(Semaphore::new(state.limits.max_connections));
-    let peers = Arc::new(PeerConnections::default());
     let graceful = GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
@@ -134,44 +133,58 @@ pub async fn serve(
         .max_concurrent_streams(64)
         .keep_alive_interval(Some(Duration::from_secs(30)))
         .keep_alive_timeout(Duration::from_secs(10));
-    let builder = Arc::new(builder);
+    let server = Server {
+        acceptor,
+        state: state.clone(),
+        peers: Arc::new(PeerConnections::default()),
+        builder: Arc::new(builder),
+        graceful: &graceful,
+    };
+    let stop = async move {
+        let mut shutdown = shutdown;
+        // An error is the sender dropped: stop too.
+        let _ = shutdown.wait_for(|stop| *stop).await;
+    };
+    weir_net::accept_loop(listener, "webhook", state.limits.max_connections, stop, server).await;
+    if tokio::time::timeout(state.limits.shutdown_grace, graceful.shutdown()).await.is_err() {
+        tracing::warn!("shutdown grace ended with connections still open");
+    }
+    Ok(())
+}
 
-    loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            _ = shutdown.wait_for(|stop| *stop) => break,
-        };
-        let (stream, peer) = match accepted {
-            Ok(a) => a,
-            Err(e) => {
-                // EMFILE and the like: back off briefly rather than spin.
-                tracing::warn!(error = %e, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(slot) = slots.clone().try_acquire_owned() else {
-            state.metrics.connection_refused(Refused::MaxConnections);
-            drop(stream);
-            continue;
-        };
-        let Some(peer_slot) = peers.enter(peer.ip(), state.limits.max_connections_per_peer) else {
+/// What the accept loop hands each connection to.
+struct Server<'a> {
+    acceptor: TlsAcceptor,
+    state: Arc<State>,
+    peers: Arc<PeerConnections>,
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    graceful: &'a GracefulShutdown,
+}
+
+impl weir_net::Serve for Server<'_> {
+    fn refused(&mut self, _peer: SocketAddr) {
+        self.state.metrics.connection_refused(Refused::MaxConnections);
+    }
+
+    fn serve(&mut self, conn: weir_net::Accepted) {
+        let weir_net::Accepted { stream, peer, permit } = conn;
+        let state = &self.state;
+        let Some(peer_slot) = self.peers.enter(peer.ip(), state.limits.max_connections_per_peer)
+        else {
             state.metrics.connection_refused(Refused::PerPeer);
             if state.warn_gate.allow() {
                 tracing::warn!(%peer, limit = state.limits.max_connections_per_peer, "connection refused: the peer already has --max-connections-per-peer open (further ones this second at debug)");
             } else {
                 tracing::debug!(%peer, "connection refused: per-peer limit");
             }
-            drop(stream);
-            continue;
+            return;
         };
-        let _ = stream.set_nodelay(true);
-        let acceptor = acceptor.clone();
+        let acceptor = self.acceptor.clone();
         let state = state.clone();
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
+        let builder = self.builder.clone();
+        let watcher = self.graceful.watcher();
         tokio::spawn(async move {
-            let _slots = (slot, peer_slot);
+            let _slots = (permit, peer_slot);
             let tls =
                 match tokio::time::timeout(state.limits.handshake_timeout, acceptor.accept(stream))
                     .await
@@ -216,11 +229,6 @@ pub async fn serve(
             }
         });
     }
-    drop(listener);
-    if tokio::time::timeout(state.limits.shutdown_grace, graceful.shutdown()).await.is_err() {
-        tracing::warn!("shutdown grace ended with connections still open");
-    }
-    Ok(())
 }
 
 async fn handle(state: &State, req: Request<Incoming>) -> Response<Full<Bytes>> {

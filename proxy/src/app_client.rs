@@ -35,6 +35,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::body::{RequestBody, YieldSignal};
+use crate::refusal::WeirError;
 
 /// An h2c stream's receive window: the most of one response the upstream may send ahead of
 /// what weir has read (the pump then holds up to 16 more frames). 256 KiB moves a 20 MB
@@ -79,6 +80,25 @@ pub enum ClientError {
     ConnectTimeout { addr: SocketAddr },
     #[error("{0}")]
     Http(#[from] hyper::Error),
+}
+
+impl ClientError {
+    /// 502 for a failed exchange with the app: unreachable when the connection was never
+    /// made, failed otherwise.
+    pub fn app_error(&self) -> WeirError {
+        match self {
+            ClientError::Http(_) => WeirError::AppFailed,
+            _ => WeirError::AppUnreachable,
+        }
+    }
+
+    /// The same for a downstream (egress).
+    pub fn downstream_error(&self) -> WeirError {
+        match self {
+            ClientError::Http(_) => WeirError::DownstreamFailed,
+            _ => WeirError::DownstreamUnreachable,
+        }
+    }
 }
 
 /// One upstream address and its connections.

@@ -9,7 +9,8 @@ use clap::{Parser, Subcommand};
 use control_api::cli::{ClientArgs, TableCommand};
 
 use crate::config::{Overrides, SidecarConfig};
-use crate::sidecar::{Sidecar, StartError};
+use crate::error::StartError;
+use crate::sidecar::Sidecar;
 use crate::telemetry;
 
 /// BSD `EX_USAGE`: a bad flag or configuration.
@@ -110,6 +111,53 @@ pub struct RunArgs {
     /// `inbound.drain_delay` (for regular sidecars on Kubernetes < 1.30).
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub drain_delay: Option<std::time::Duration>,
+    /// Once every listener is bound and `/ready` answers 200, write their addresses here as
+    /// JSON ([`ReadyFile`]), atomically (a temporary file renamed into place). With port 0
+    /// in the listen addresses, this is how a supervisor or a test learns the ports weir
+    /// bound, without picking free ports itself.
+    #[arg(long, value_name = "FILE")]
+    pub ready_file: Option<PathBuf>,
+}
+
+/// What `weir run --ready-file FILE` writes: the address each listener is bound to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ReadyFile {
+    pub pid: u32,
+    pub inbound: SocketAddr,
+    pub admin: SocketAddr,
+    /// `admin.public_listen`, when configured.
+    pub public: Option<SocketAddr>,
+    /// The egress listener, when the egress role is on.
+    pub egress: Option<SocketAddr>,
+    /// The egress's fixed routes, in `egress.routes` order.
+    pub egress_routes: Vec<SocketAddr>,
+}
+
+impl ReadyFile {
+    /// The bound addresses of a started sidecar.
+    pub fn of(sidecar: &Sidecar) -> ReadyFile {
+        let egress = sidecar.egress();
+        ReadyFile {
+            pid: std::process::id(),
+            inbound: sidecar.inbound_addr(),
+            admin: sidecar.admin_addr(),
+            public: sidecar.public_addr(),
+            egress: egress.map(|e| e.addr()),
+            egress_routes: egress.map(|e| e.route_addrs().to_vec()).unwrap_or_default(),
+        }
+    }
+
+    /// Writes the JSON to `path` atomically: readers see no file or the whole of it.
+    pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
+        let mut tmp = path.as_os_str().to_owned();
+        tmp.push(format!(".{}.tmp", self.pid));
+        let tmp = PathBuf::from(tmp);
+        let json = serde_json::to_vec_pretty(self).map_err(std::io::Error::other)?;
+        std::fs::write(&tmp, json)?;
+        std::fs::rename(&tmp, path).inspect_err(|_| {
+            let _ = std::fs::remove_file(&tmp);
+        })
+    }
 }
 
 fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
@@ -243,11 +291,19 @@ pub fn run(args: RunArgs) -> ExitCode {
         Err(e) => {
             eprintln!("weir: {e}");
             return match e {
-                StartError::Config { .. } => ExitCode::from(EXIT_USAGE),
+                StartError::Config(_) => ExitCode::from(EXIT_USAGE),
                 _ => ExitCode::FAILURE,
             };
         }
     };
+    if let Some(path) = &args.ready_file {
+        if let Err(e) = ReadyFile::of(&sidecar).write(path) {
+            // Whoever waits for the file would wait in vain: stop rather than serve unseen.
+            eprintln!("weir: --ready-file {}: {e}", path.display());
+            drop(sidecar);
+            return ExitCode::FAILURE;
+        }
+    }
     let drained = sidecar.run_until_signal();
     if !drained {
         tracing::warn!("shutdown grace ended with requests still running");

@@ -26,7 +26,7 @@ pub struct SidecarConfig {
     pub admin: control_api::AdminConfig,
     pub log: LogConfig,
     /// The egress role (off unless enabled or `--egress ADDR`).
-    pub egress: crate::egress::EgressConfig,
+    pub egress: EgressConfig,
 }
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
@@ -118,7 +118,7 @@ pub struct InboundConfig {
     pub timeouts: InboundTimeouts,
 }
 
-/// HTTP/2 settings towards callers.
+/// HTTP/2 settings towards callers (the inbound role's callers, the egress role's app).
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(default, deny_unknown_fields)]
 pub struct H2Config {
@@ -232,9 +232,13 @@ pub struct Overrides {
 }
 
 mod defaults;
+pub mod egress;
 pub mod schema;
+mod server;
 mod validate;
 
+pub use self::egress::{EgressConfig, EgressRoute, EgressTimeouts, PerRouteConfig};
+pub use self::server::{ServerConfig, ServerTimeouts};
 pub use self::validate::check_header_name;
 
 // === impl SidecarConfig ===

@@ -1,9 +1,11 @@
-//! The hyper data plane's lifecycle: its runtimes, the listeners bound before `start`
-//! returns (port 0 resolved, no rebind race), and the stop: on a graceful stop
+//! The inbound data plane's lifecycle: its runtimes, the listeners bound before `start`
+//! returns (port 0 resolved, no rebind race), each served by the server skeleton
+//! ([`crate::server`]) with the inbound role, and the stop: on a graceful stop
 //! (`Sidecar::stop` or SIGTERM) `/ready` turns false at once; after `drain_delay` (0 by
-//! default) accepting ends and every connection is asked to finish; the sidecar then waits
-//! for the last active request (at most `shutdown_grace`) and drops the runtimes. SIGINT (or
-//! a fast stop) drops them at once, during the delay too.
+//! default) the drain is signalled (accepting ends and every connection is asked to
+//! finish); the sidecar then waits for the drain's event that the last active request is
+//! done (at most `shutdown_grace`) and drops the runtimes. SIGINT (or a fast stop) drops
+//! them at once, during the delay too.
 //!
 //! Two runtime flavours (`inbound.work_stealing`):
 //! - one runtime per worker thread (the default): each thread has its own current-thread
@@ -20,13 +22,13 @@ use std::time::Duration;
 use socket2::{Domain, Socket, Type};
 use tokio::runtime::Runtime;
 use tokio::sync::{oneshot, watch};
+use weir_net::drain::Drain;
 
 use crate::config::SidecarConfig;
-use crate::listener::{accept_loop, ConnSettings};
+use crate::error::StartError;
 use crate::service::Inbound;
 use crate::shared::Shared;
 use crate::shutdown::{self, StopKind};
-use crate::sidecar::StartError;
 use crate::telemetry::ProxyMetrics;
 
 /// Pending connections per listener.
@@ -37,6 +39,8 @@ pub(crate) struct HyperPlane {
     stopped: mpsc::Receiver<StopKind>,
     /// Signalled once the stop watcher listens for SIGTERM/SIGINT (at once without them).
     armed: mpsc::Receiver<()>,
+    /// Signalled once a graceful drain has finished: no request is left inside.
+    drained: mpsc::Receiver<()>,
 }
 
 enum Runtimes {
@@ -47,12 +51,13 @@ enum Runtimes {
 
 impl HyperPlane {
     /// Binds `config.inbound.listen` and starts serving on `inbound.worker_threads()`
-    /// threads.
+    /// threads. `drain` is the one whose watch `shared` holds.
     pub(crate) fn start(
         config: &SidecarConfig,
         shared: Arc<Shared>,
         metrics: ProxyMetrics,
         stop: watch::Receiver<Option<StopKind>>,
+        drain: Drain,
         os_signals: bool,
     ) -> Result<(Self, SocketAddr), StartError> {
         let inbound_config = &config.inbound;
@@ -62,13 +67,19 @@ impl HyperPlane {
         let addr = listeners[0]
             .local_addr()
             .map_err(|source| bind_error(inbound_config.listen, source))?;
-        let settings = Arc::new(ConnSettings::from_config(inbound_config));
-        let (drain, draining) = watch::channel(false);
+        let server = Arc::new(inbound_config.server());
+        let draining = shared.drain.clone();
         let (stopped_tx, stopped) = mpsc::channel();
         let (armed_tx, armed) = mpsc::channel();
-        let delay = inbound_config.drain_delay;
-        let stop_watch =
-            stop_watcher(stop, os_signals, delay, shared.clone(), drain, stopped_tx, armed_tx);
+        let (drained_tx, drained) = mpsc::channel();
+        let stop_watch = stop_watcher(
+            stop,
+            os_signals,
+            inbound_config.drain_delay,
+            shared.clone(),
+            drain,
+            Reports { stopped: stopped_tx, armed: armed_tx, drained: drained_tx },
+        );
         let inbound = || {
             Inbound::new(config, shared.clone(), metrics.clone())
                 .map(Arc::new)
@@ -87,10 +98,10 @@ impl HyperPlane {
                 let _entered = runtime.enter();
                 tokio::net::TcpListener::from_std(listener).map_err(|e| bind_error(addr, e))?
             };
-            runtime.spawn(accept_loop(listener, inbound()?, settings, draining));
+            runtime.spawn(serve(listener, inbound()?, server, draining));
             runtime.spawn(stop_watch);
             let runtimes = Runtimes::WorkStealing(Some(runtime));
-            return Ok((HyperPlane { runtimes, stopped, armed }, addr));
+            return Ok((HyperPlane { runtimes, stopped, armed, drained }, addr));
         }
 
         let mut stops = Vec::with_capacity(threads);
@@ -104,14 +115,14 @@ impl HyperPlane {
                 let _entered = runtime.enter();
                 tokio::net::TcpListener::from_std(listener).map_err(|e| bind_error(addr, e))?
             };
-            let (inbound, settings, draining) = (inbound()?, settings.clone(), draining.clone());
+            let (inbound, server, draining) = (inbound()?, server.clone(), draining.clone());
             let watcher = stop_watch.take();
             let (stop_thread, stopped_thread) = oneshot::channel::<()>();
             std::thread::Builder::new()
                 .name(format!("weir-inbound-{i}"))
                 .spawn(move || {
                     runtime.block_on(async move {
-                        tokio::spawn(accept_loop(listener, inbound, settings, draining));
+                        tokio::spawn(serve(listener, inbound, server, draining));
                         if let Some(watcher) = watcher {
                             tokio::spawn(watcher);
                         }
@@ -122,7 +133,7 @@ impl HyperPlane {
                 .map_err(|e| StartError::Other(format!("cannot spawn an inbound thread: {e}")))?;
             stops.push(stop_thread);
         }
-        Ok((HyperPlane { runtimes: Runtimes::PerThread(stops), stopped, armed }, addr))
+        Ok((HyperPlane { runtimes: Runtimes::PerThread(stops), stopped, armed, drained }, addr))
     }
 
     /// Waits (at most `within`) until SIGTERM and SIGINT are handled, so a signal that
@@ -134,6 +145,13 @@ impl HyperPlane {
     /// Blocks until a stop was asked for; a graceful one has already stopped accepting.
     pub(crate) fn wait_stop(&self) -> StopKind {
         self.stopped.recv().unwrap_or(StopKind::Fast)
+    }
+
+    /// After a graceful stop: blocks until the drain has finished (no request left inside)
+    /// or `deadline` passes; whether it finished.
+    pub(crate) fn wait_drained(&self, deadline: std::time::Instant) -> bool {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        self.drained.recv_timeout(left).is_ok()
     }
 
     /// Drops every connection and request still running (without blocking: the caller may
@@ -167,26 +185,46 @@ impl Drop for HyperPlane {
     }
 }
 
+/// The inbound listener's server: the skeleton with the inbound role.
+async fn serve(
+    listener: tokio::net::TcpListener,
+    inbound: Arc<Inbound>,
+    server: Arc<crate::config::ServerConfig>,
+    drain: weir_net::drain::Watch,
+) {
+    crate::server::serve(listener, "inbound", inbound, server, drain).await
+}
+
+/// What the stop watcher tells [`HyperPlane`]'s blocking side.
+struct Reports {
+    /// The kind of stop, once accepting has stopped (graceful) or at once (fast).
+    stopped: mpsc::Sender<StopKind>,
+    /// The signal handlers are installed.
+    armed: mpsc::Sender<()>,
+    /// A graceful drain finished: no request is left inside.
+    drained: mpsc::Sender<()>,
+}
+
 /// Waits for a stop request (and, for `weir run`, SIGTERM/SIGINT); a graceful one fails
-/// `/ready`, serves on for `drain_delay`, then starts the drain. Reports the kind to
-/// [`HyperPlane::wait_stop`] once accepting has stopped.
+/// `/ready`, serves on for `drain_delay`, then signals the drain. Reports the kind to
+/// [`HyperPlane::wait_stop`] once accepting has stopped, and the drain's end to
+/// [`HyperPlane::wait_drained`] (an event: the last request inside ends it).
 async fn stop_watcher(
     mut stop: watch::Receiver<Option<StopKind>>,
     os_signals: bool,
     drain_delay: Duration,
     shared: Arc<Shared>,
-    drain: watch::Sender<bool>,
-    stopped: mpsc::Sender<StopKind>,
-    armed: mpsc::Sender<()>,
+    drain: Drain,
+    reports: Reports,
 ) {
     let requested = shutdown::requested(&mut stop);
     let mut kind = if os_signals {
         shutdown::os_or(requested, || {
-            let _ = armed.send(());
+            let _ = reports.armed.send(());
         })
         .await
     } else {
-        let _ = armed.send(());
+        let _ = reports.armed.send(());
         requested.await
     };
     if kind == StopKind::Graceful {
@@ -200,14 +238,16 @@ async fn stop_watcher(
             kind = shutdown::drain_delay(drain_delay, &mut stop, os_signals).await;
         }
     }
-    if kind == StopKind::Graceful {
-        tracing::info!(active = shared.active(), "draining: stopped accepting");
-        shared.start_draining();
-        let _ = drain.send(true);
+    if kind != StopKind::Graceful {
+        let _ = reports.stopped.send(kind);
+        // The drain stays unsignalled (and alive): a fast stop drops the runtimes instead.
+        std::future::pending::<()>().await;
     }
-    let _ = stopped.send(kind);
-    // Keep the drain sender alive: dropping it would read as "never drain".
-    std::future::pending::<()>().await;
+    tracing::info!(active = shared.active(), "draining: stopped accepting");
+    drain.signal();
+    let _ = reports.stopped.send(kind);
+    drain.finished().await;
+    let _ = reports.drained.send(());
 }
 
 /// `n` listeners on `addr` (port 0: the port the first one got); with `SO_REUSEPORT` when

@@ -134,23 +134,6 @@ impl WeirError {
             _ => StatusCode::BAD_GATEWAY,
         }
     }
-
-    /// 502 for a failed exchange with the app: unreachable when the connection was never
-    /// made, failed otherwise.
-    pub fn of_app(e: &crate::app_client::ClientError) -> Self {
-        match e {
-            crate::app_client::ClientError::Http(_) => WeirError::AppFailed,
-            _ => WeirError::AppUnreachable,
-        }
-    }
-
-    /// The same for a downstream (egress).
-    pub fn of_downstream(e: &crate::app_client::ClientError) -> Self {
-        match e {
-            crate::app_client::ClientError::Http(_) => WeirError::DownstreamFailed,
-            _ => WeirError::DownstreamUnreachable,
-        }
-    }
 }
 
 /// Prebuilt pieces of refusal responses.

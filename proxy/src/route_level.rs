@@ -26,7 +26,7 @@ use admission_core::table::normalize_path;
 use admission_core::{AdmissionLevel, MonotonicClock, Priority};
 use http::HeaderName;
 
-use crate::egress::config::PerRouteConfig;
+use crate::config::PerRouteConfig;
 
 /// The route a response answers (the normalised path, no query). Fixed name.
 pub const ROUTE: HeaderName = HeaderName::from_static("x-weir-route");

@@ -1,5 +1,8 @@
 //! The inbound request path as a stack of layers, one concern each, outermost first:
 //!
+//! The inbound role: a [`Role`] on the server skeleton ([`crate::server`]), which owns the
+//! connections; the request stack it shares with the egress role is [`crate::http`].
+//!
 //! 1. **level** ([`Inbound::serve`]): every response — the app's, a refusal, weir's own
 //!    error — leaves with `x-admission-level`.
 //! 2. **priority** ([`Inbound::priority`]): from the headers (inner hop) or the priority
@@ -15,10 +18,10 @@
 //!    response head is bounded by it; the in-flight slot is released when the app's
 //!    exchange ends (see [`crate::body`]).
 
-use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::*};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use admission_core::audit::Outcome;
@@ -26,18 +29,18 @@ use admission_core::gate::{
     deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage, Verdict,
 };
 use admission_core::{AdmissionLevel, Decision, Priority};
-use http::header::CONTENT_TYPE;
-use http::{HeaderName, Method, Request, Response, StatusCode};
+use http::{HeaderName, Method, Request, Response};
 use hyper::body::{Body, Incoming};
 
 use crate::app_client::{ClientSettings, Endpoint, Protocol};
 use crate::app_protocol::{self, Choice, Upstream};
 use crate::body::{EarlyBody, PumpEvent, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
-use crate::deadline;
+use crate::http::{respond, Names};
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason, WeirError};
 use crate::route_level::{self, Ages, RouteState};
+use crate::server::{LevelStamp, Role};
 use crate::shared::Shared;
 use crate::telemetry::ProxyMetrics;
 
@@ -87,21 +90,12 @@ fn evict_below(waiter: Priority, level: AdmissionLevel) -> Priority {
     waiter.max(above_cut_class)
 }
 
-/// What one caller connection shares with its requests.
+/// What the inbound role keeps per caller connection (the skeleton keeps the rest).
 #[derive(Debug, Default)]
 pub struct ConnState {
     /// Requests of this connection waiting in the queue.
     queued: AtomicUsize,
-    /// Requests of this connection inside the sidecar (for the idle timeout).
-    busy: AtomicUsize,
-    /// When the last request left, in nanoseconds since [`epoch`].
-    idle_since: AtomicU64,
-    /// HTTP/1.1: the next bytes read are (most likely) a request head.
-    expect_head: AtomicBool,
 }
-
-/// Keeps a connection counted busy while one of its requests is inside.
-struct Busy<'a>(&'a ConnState);
 
 /// What a layer answers instead of passing the request on.
 type Early = Response<ResponseBody>;
@@ -115,8 +109,7 @@ impl Inbound {
         metrics: ProxyMetrics,
     ) -> Result<Self, String> {
         let inbound = &config.inbound;
-        let header = |s: &str| HeaderName::from_bytes(s.as_bytes()).map_err(|e| e.to_string());
-        let names = &inbound.headers;
+        let names = Names::new(&inbound.headers)?;
         let settings = ClientSettings {
             connect_timeout: inbound.timeouts.app_connect,
             // More idle connections than requests ever at the app at once are never used.
@@ -125,19 +118,18 @@ impl Inbound {
             h2_connections: APP_H2_CONNECTIONS,
         };
         Ok(Inbound {
+            routes: shared.waits.as_ref().and_then(|w| w.routes()).filter(|r| r.enabled).cloned(),
+            ages: route_level::ages(inbound.retry_after),
+            shared,
             metrics,
-            refusals: Refusals::new(
-                header(&names.level)?,
-                header(&names.shed)?,
-                inbound.retry_after,
-            ),
+            refusals: Refusals::new(names.level, names.shed, inbound.retry_after),
             priority: PriorityHeaders {
-                business: header(&names.business)?,
-                user: header(&names.user)?,
+                business: names.business,
+                user: names.user,
                 forward_user_id: inbound.forward_user_id,
                 default: inbound.default_priority(),
             },
-            timeout_header: header(&names.timeout)?,
+            timeout_header: names.timeout,
             entry: inbound.entry,
             task_timeout: inbound.task_timeout,
             max_budget: inbound.max_budget(),
@@ -148,9 +140,6 @@ impl Inbound {
             max_queued_per_connection: inbound.max_queued_per_connection,
             body_read: inbound.timeouts.body_read,
             write: inbound.timeouts.write,
-            routes: shared.waits.as_ref().and_then(|w| w.routes()).filter(|r| r.enabled).cloned(),
-            ages: route_level::ages(inbound.retry_after),
-            shared,
         })
     }
 
@@ -162,19 +151,8 @@ impl Inbound {
         self.app.addr()
     }
 
-    /// `x-admission-level` (as configured) and the current level.
-    pub fn level_header(&self) -> (&HeaderName, http::HeaderValue) {
-        let value = self.refusals.level_value(self.shared.engine.level());
-        (self.refusals.level_name(), value)
-    }
-
     /// The level layer around everything else.
-    pub async fn serve(
-        self: Arc<Self>,
-        conn: Arc<ConnState>,
-        req: Request<Incoming>,
-    ) -> Result<Response<ResponseBody>, Infallible> {
-        let _busy = Busy::new(&conn);
+    pub async fn serve(self: Arc<Self>, conn: Arc<ConnState>, req: Request<Incoming>) -> Early {
         let _active = self.shared.active_request();
         // The route (with per-route levels on): the normalised path, no query.
         let route: Option<Box<str>> = self
@@ -183,7 +161,6 @@ impl Inbound {
             .and_then(|_| route_level::route_of(req.uri().path()))
             .map(|r| r.into());
         let mut response = self.handle(&conn, req, route.as_deref()).await;
-        conn.expect_head.store(true, Release);
         let own = self.shared.engine.level();
         let headers = response.headers_mut();
         headers.insert(self.refusals.level_name().clone(), self.refusals.level_value(own));
@@ -201,7 +178,7 @@ impl Inbound {
                 headers.remove(route_level::ROUTE_LEVEL);
             }
         }
-        Ok(response)
+        response
     }
 
     async fn handle(
@@ -213,13 +190,9 @@ impl Inbound {
         let arrival = Instant::now();
         let (mut parts, body) = req.into_parts();
         let mut body = EarlyBody::new(body);
-        let grpc = parts
-            .headers
-            .get(CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
-        if parts.method == Method::CONNECT {
-            // weir forwards requests to its app; it is not a tunnel.
-            return self.error(WeirError::MethodNotAllowed, grpc);
+        let grpc = crate::http::is_grpc(&parts.headers);
+        if let Err(error) = crate::http::check_method(&parts.method) {
+            return self.error(error, grpc);
         }
         // One authority, no transfer coding weir cannot pass on, no hop-by-hop headers:
         // before anything reads the head (see `forward_headers::check_request_head`).
@@ -399,7 +372,7 @@ impl Inbound {
     /// The caller's remaining budget: `grpc-timeout`, else the timeout header, else the task
     /// timeout (an unparsable value counts as absent), at most `max_budget`.
     fn budget(&self, headers: &http::HeaderMap) -> Duration {
-        deadline::caller_budget(headers, &self.timeout_header, self.task_timeout, self.max_budget)
+        crate::http::budget(headers, &self.timeout_header, self.task_timeout, self.max_budget)
     }
 
     fn shadow(&self) -> bool {
@@ -566,7 +539,7 @@ impl Inbound {
                 }
                 exchange.failed();
                 // The caller's own body is not the app's fault: 400 / 408 / 504, not 502.
-                let error = caller_body.failure().map_or(WeirError::of_app(&e), |f| f.error());
+                let error = caller_body.failure().map_or(e.app_error(), |f| f.error());
                 return self.error(error, grpc);
             }
             Err(_) => {
@@ -639,59 +612,24 @@ impl Inbound {
     }
 }
 
-fn respond(status: StatusCode, headers: http::HeaderMap) -> Early {
-    let mut resp = Response::new(ResponseBody::empty());
-    *resp.status_mut() = status;
-    *resp.headers_mut() = headers;
-    resp
-}
+// === impl Role for Inbound ===
 
-// === impl ConnState ===
-
-impl ConnState {
-    pub fn new() -> Self {
-        let state = ConnState::default();
-        state.idle_since.store(since_epoch(Instant::now()), Release);
-        state.expect_head.store(true, Release);
-        state
-    }
-
-    /// Whether the next read is expected to start a request head; clears the expectation.
-    pub fn take_expect_head(&self) -> bool {
-        self.expect_head.swap(false, AcqRel)
-    }
-
-    /// When the connection has been idle for `idle` (no request inside since then), or
-    /// `None` while a request is inside.
-    pub fn idle_deadline(&self, idle: Duration) -> Option<Instant> {
-        if self.busy.load(Acquire) > 0 {
-            return None;
-        }
-        Some(epoch() + Duration::from_nanos(self.idle_since.load(Acquire)) + idle)
+impl LevelStamp for Inbound {
+    /// `x-admission-level` (as configured) and the current level.
+    fn level_header(&self) -> (&HeaderName, http::HeaderValue) {
+        let value = self.refusals.level_value(self.shared.engine.level());
+        (self.refusals.level_name(), value)
     }
 }
 
-impl<'a> Busy<'a> {
-    fn new(conn: &'a ConnState) -> Self {
-        conn.busy.fetch_add(1, AcqRel);
-        Busy(conn)
+impl Role for Inbound {
+    type Conn = ConnState;
+
+    fn serve(
+        self: Arc<Self>,
+        conn: Arc<ConnState>,
+        req: Request<Incoming>,
+    ) -> impl Future<Output = Early> + Send + 'static {
+        Inbound::serve(self, conn, req)
     }
-}
-
-impl Drop for Busy<'_> {
-    fn drop(&mut self) {
-        // Stamped before the count drops, so a watcher that sees zero sees the new stamp.
-        self.0.idle_since.store(since_epoch(Instant::now()), Release);
-        self.0.busy.fetch_sub(1, AcqRel);
-    }
-}
-
-/// A process-wide origin for instants kept in atomics.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-fn since_epoch(t: Instant) -> u64 {
-    t.saturating_duration_since(epoch()).as_nanos() as u64
 }

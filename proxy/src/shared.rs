@@ -1,11 +1,12 @@
 //! State shared by the request path, the admin API and the drain logic.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
+use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 
-use admission_core::audit::AuditCounters;
+use admission_core::audit::{AuditCounters, AuditSnapshot};
 use admission_core::AdmissionEngine;
 use control_api::{SidecarStatus, SidecarView, TableStore};
+use weir_net::drain::{Tracked, Watch};
 
 use crate::app_time::AppTime;
 use crate::control_loop::ControlLoop;
@@ -18,41 +19,47 @@ pub struct Shared {
     pub limit: Arc<InflightLimit>,
     /// Drives `limit` from the app's response times; feeds the engine the queue's state.
     pub control: ControlLoop,
+    /// The inbound role's per-class request counts (also the inflation audit's input).
     pub audit: Arc<AuditCounters>,
+    /// The egress role's (zero while it is off): the same family,
+    /// `weir_requests_total{role="egress"}`.
+    pub egress_audit: Arc<AuditCounters>,
     pub table: Arc<TableStore>,
     /// How long the app typically takes per request.
     pub app_time: AppTime,
     /// With the egress role on: the app's waits on its downstreams, paired with the
     /// inbound requests they serve (see [`crate::own_time`]).
     pub waits: Option<Arc<DownstreamWaits>>,
-    /// Requests inside the sidecar (from the first phase to logging).
-    pub(crate) active: AtomicUsize,
+    /// The inbound drain: signalled when the inbound listener stops accepting (after the
+    /// drain delay); it tracks the requests inside the sidecar (queued or in flight, until
+    /// their response head), which the drain waits for.
+    pub(crate) drain: Watch,
     /// What `/ready` answers: set once every listener is bound and the inbound one accepts
     /// (the table is loaded before any of them), cleared for good at a graceful stop,
     /// before the drain delay, while weir still serves.
     pub(crate) ready: AtomicBool,
-    /// Set when the inbound listener stops accepting (after the drain delay).
-    pub(crate) draining: AtomicBool,
 }
 
-/// Counts a request as active while alive.
-pub struct ActiveRequest(Arc<Shared>);
+/// Counts a request as active (and the drain as not finished) while alive.
+#[derive(Debug)]
+pub struct ActiveRequest(#[allow(dead_code)] Tracked);
 
 // === impl Shared ===
 
 impl Shared {
-    pub(crate) fn active_request(self: &Arc<Self>) -> ActiveRequest {
-        self.active.fetch_add(1, AcqRel);
-        ActiveRequest(self.clone())
+    #[inline]
+    pub(crate) fn active_request(&self) -> ActiveRequest {
+        ActiveRequest(self.drain.track())
     }
 
     /// Requests inside the sidecar now (queued or in flight).
     pub fn active(&self) -> usize {
-        self.active.load(Acquire)
+        self.drain.in_flight()
     }
 
+    /// Whether the inbound listener has stopped accepting.
     pub fn draining(&self) -> bool {
-        self.draining.load(Acquire)
+        self.drain.is_signaled()
     }
 
     /// The window timer's turn (every 50 ms): the queue's depth and oldest waiter to the
@@ -74,17 +81,6 @@ impl Shared {
     pub(crate) fn stop_ready(&self) {
         self.ready.store(false, Release);
     }
-
-    pub(crate) fn start_draining(&self) {
-        self.stop_ready();
-        self.draining.store(true, Release);
-    }
-}
-
-impl Drop for ActiveRequest {
-    fn drop(&mut self) {
-        self.0.active.fetch_sub(1, AcqRel);
-    }
 }
 
 impl SidecarView for Shared {
@@ -101,5 +97,9 @@ impl SidecarView for Shared {
 
     fn ready(&self) -> bool {
         self.is_ready() && !self.draining()
+    }
+
+    fn egress_counters(&self) -> Option<AuditSnapshot> {
+        Some(self.egress_audit.snapshot())
     }
 }

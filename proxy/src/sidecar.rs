@@ -2,7 +2,7 @@
 //! bound addresses, change its in-flight limit, stop it.
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,7 @@ use crate::admin::AdminThread;
 use crate::app_time::AppTime;
 use crate::config::SidecarConfig;
 use crate::control_loop::ControlLoop;
+pub use crate::error::StartError;
 use crate::inflight::InflightLimit;
 use crate::own_time::DownstreamWaits;
 use crate::plane::HyperPlane;
@@ -35,33 +36,8 @@ pub struct Sidecar {
     egress: Option<crate::egress::Egress>,
 }
 
-/// Why the sidecar could not start.
-#[derive(Debug, thiserror::Error)]
-pub enum StartError {
-    #[error("{field}: {message}")]
-    Config { field: String, message: String },
-    #[error("{what} {addr}: {source}")]
-    Bind { what: &'static str, addr: SocketAddr, source: std::io::Error },
-    #[error("{0}")]
-    Other(String),
-}
-
-impl From<crate::admin::AdminError> for StartError {
-    fn from(e: crate::admin::AdminError) -> Self {
-        use crate::admin::AdminError;
-        match e {
-            AdminError::Config(f) => StartError::Config { field: f.path, message: f.message },
-            AdminError::Bind { what, addr, source } => StartError::Bind { what, addr, source },
-            AdminError::Other(m) => StartError::Other(m),
-        }
-    }
-}
-
 /// How long `start` waits for the inbound listener to accept connections.
 const LISTENER_READY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// How often the drain checks for the last active request.
-const DRAIN_POLL: Duration = Duration::from_millis(10);
 
 // === impl Sidecar ===
 
@@ -75,10 +51,9 @@ impl Sidecar {
 
     /// As [`Sidecar::start`]; `os_signals` also stops it on SIGTERM (graceful) and SIGINT.
     pub fn start_with(config: SidecarConfig, os_signals: bool) -> Result<Sidecar, StartError> {
-        config.validate().map_err(|e| StartError::Config { field: e.path, message: e.message })?;
+        config.validate()?;
         let metrics = ProxyMetrics::register();
-        let table = crate::admin::initial_table(&config)
-            .map_err(|e| StartError::Config { field: e.path, message: e.message })?;
+        let table = crate::admin::initial_table(&config)?;
         let engine = AdmissionEngine::with_config(&config.admission);
         let control = ControlLoop::new(
             config.inbound.max_inflight,
@@ -93,29 +68,31 @@ impl Sidecar {
             let routes = RouteState::new(&e.per_route, e.level_expiry, e.max_authorities);
             DownstreamWaits::with_routes(limit.clone(), Some(Arc::new(routes)))
         });
+        let (drain, watch) = weir_net::drain::channel();
         let shared = Arc::new(Shared {
             limit,
             engine,
             control,
             audit: Arc::new(AuditCounters::new()),
+            egress_audit: Arc::new(AuditCounters::new()),
             table: TableStore::new(table),
             app_time: AppTime::with_cap(config.inbound.task_timeout),
             waits: waits.clone(),
-            active: AtomicUsize::new(0),
+            drain: watch,
             ready: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
         });
 
         let admin = AdminThread::start(&config, shared.clone())?;
         let admin_addr = admin.addr();
         let (stop, stop_rx) = watch::channel(None);
         let (plane, inbound_addr) =
-            HyperPlane::start(&config, shared.clone(), metrics, stop_rx, os_signals)?;
+            HyperPlane::start(&config, shared.clone(), metrics, stop_rx, drain, os_signals)?;
 
         let egress = if config.egress.enabled {
             let own: Vec<SocketAddr> =
                 [inbound_addr, admin_addr].into_iter().chain(admin.public_addr()).collect();
-            Some(crate::egress::Egress::start_with(&config, &own, waits)?)
+            let requests = shared.egress_audit.clone();
+            Some(crate::egress::Egress::start(&config, &own, requests, waits)?)
         } else {
             None
         };
@@ -188,7 +165,8 @@ impl Sidecar {
         self.drain_after_stop()
     }
 
-    /// Waits for the stop to reach the data plane, then for the active requests to finish.
+    /// Waits for the stop to reach the data plane, then for the drain's event that the
+    /// active requests have finished (at most the shutdown grace).
     fn drain_after_stop(&mut self) -> bool {
         let graceful = self.plane.wait_stop() == StopKind::Graceful;
         if !graceful {
@@ -196,11 +174,7 @@ impl Sidecar {
             return self.shared.active() == 0;
         }
         let deadline = Instant::now() + self.grace;
-        // A bounded poll: there is no event for "the last request finished".
-        while self.shared.active() > 0 && Instant::now() < deadline {
-            std::thread::sleep(DRAIN_POLL);
-        }
-        let drained = self.shared.active() == 0;
+        let drained = self.plane.wait_drained(deadline);
         tracing::info!(drained, left = self.shared.active(), "drain finished");
         // The egress drains after the inbound role, within the same grace: the app's
         // in-flight requests may have been calling downstreams through it until now.

@@ -23,7 +23,7 @@
 //!
 //! Run against a weir egress or inbound listener:
 //! `cargo run -p weir-tests --example polite_client -- http://127.0.0.1:15102/path 3`
-#![allow(dead_code)] // also compiled into tests/tests/egress_polite_client.rs
+#![allow(dead_code)] // also compiled into proxy/tests/e2e/egress_polite_client.rs
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

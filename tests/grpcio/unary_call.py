@@ -4,7 +4,7 @@
 
 Calls the method once per payload (raw bytes, no protobuf) on one channel and prints one
 JSON object per call: {"code": "OK" | "RESOURCE_EXHAUSTED" | ..., "details", "response",
-"initial", "trailing"}. The caller (tests/tests/edge_grpc.rs) judges the outcome.
+"initial", "trailing"}. The caller (proxy/tests/e2e/edge_grpc.rs) judges the outcome.
 C-core is strict where tonic is lenient: a refusal that is not a real trailers-only
 response (one HEADERS frame with END_STREAM) shows up here as UNKNOWN, not as the
 grpc-status it carried.

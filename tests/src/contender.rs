@@ -1,6 +1,15 @@
 //! What sits between the load and the backend: nothing (direct), HAProxy as a priority
 //! queue, nginx, or the `weir` binary. Proxies run as child processes on 127.0.0.1 with
 //! a generated config in a temporary directory, and are killed when dropped.
+//!
+//! weir binds port 0 and reports its ports through `--ready-file`
+//! ([`crate::weir_process`]). nginx and HAProxy cannot report a port they chose, so they get
+//! a port that was free a moment ago ([`free_port`]); should another process take it first,
+//! the proxy fails to bind and exits, and the start is retried on a fresh port (at most
+//! [`PORT_ATTEMPTS`] times). The other picks left are in benchmark graphs whose apps must
+//! know a sidecar's port before it starts (the egress an app calls through: the no-harm
+//! middle hop, the multi-hop graph); their weir still reports readiness through the file.
+//! No test picks a port.
 
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -10,6 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use crate::load::Protocol;
+use crate::weir_process::{Listeners, WeirProcess};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
@@ -64,88 +74,121 @@ pub struct Contender {
     pub kind: Kind,
     pub addr: SocketAddr,
     pub admin: Option<SocketAddr>,
-    child: Option<Child>,
+    /// weir's listeners, as its ready file names them.
+    pub listeners: Option<Listeners>,
+    process: Process,
     _dir: Option<tempfile::TempDir>,
 }
+
+/// The contender's process: none (direct), nginx or HAProxy, or weir.
+enum Process {
+    None,
+    Child(Child),
+    Weir(WeirProcess),
+}
+
+/// Starts of nginx or HAProxy tried, each on a fresh port, before giving up.
+pub const PORT_ATTEMPTS: usize = 3;
 
 // === impl Contender ===
 
 impl Contender {
     pub async fn start(kind: Kind, backend: SocketAddr, opts: &Options) -> anyhow::Result<Self> {
-        if kind == Kind::Direct {
-            return Ok(Contender { kind, addr: backend, admin: None, child: None, _dir: None });
+        match kind {
+            Kind::Direct => Ok(Contender {
+                kind,
+                addr: backend,
+                admin: None,
+                listeners: None,
+                process: Process::None,
+                _dir: None,
+            }),
+            Kind::Haproxy | Kind::Nginx => {
+                let mut attempt = 1;
+                loop {
+                    match Self::start_fixed_port(kind, backend, opts).await {
+                        Err(StartError::Exited(e)) if attempt < PORT_ATTEMPTS => {
+                            eprintln!(
+                                "{} exited at start ({e}); again on a fresh port",
+                                kind.label()
+                            );
+                            attempt += 1;
+                        }
+                        Err(StartError::Exited(e) | StartError::Other(e)) => return Err(e),
+                        Ok(contender) => return Ok(contender),
+                    }
+                }
+            }
+            Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput => {
+                let yaml = weir_config(kind, backend, opts);
+                let mut extra = Vec::new();
+                if let Some(n) = opts.weir_max_inflight {
+                    extra = vec!["--max-inflight".to_string(), n.to_string()];
+                }
+                Self::weir(kind, &opts.weir_bin, &yaml, &extra, opts.pin_cpu).await
+            }
         }
-        let dir = tempfile::tempdir()?;
-        let addr = free_port()?;
-        let mut admin = None;
+    }
+
+    /// nginx or HAProxy on a port that was free a moment ago.
+    async fn start_fixed_port(
+        kind: Kind,
+        backend: SocketAddr,
+        opts: &Options,
+    ) -> Result<Self, StartError> {
+        let dir = tempfile::tempdir().map_err(StartError::other)?;
+        let addr = free_port().map_err(StartError::other)?;
         let (program, args): (PathBuf, Vec<String>) = match kind {
             Kind::Haproxy => {
                 let cfg = dir.path().join("haproxy.cfg");
-                std::fs::write(&cfg, haproxy_config(addr, backend, opts))?;
-                (require("haproxy")?, vec!["-db".into(), "-f".into(), path_arg(&cfg)])
+                std::fs::write(&cfg, haproxy_config(addr, backend, opts))
+                    .map_err(StartError::other)?;
+                let program = require("haproxy").map_err(StartError::Other)?;
+                (program, vec!["-db".into(), "-f".into(), path_arg(&cfg)])
             }
             Kind::Nginx => {
                 let cfg = dir.path().join("nginx.conf");
-                std::fs::write(&cfg, nginx_config(addr, backend, dir.path(), opts))?;
+                std::fs::write(&cfg, nginx_config(addr, backend, dir.path(), opts))
+                    .map_err(StartError::other)?;
                 let args = vec!["-c".into(), path_arg(&cfg), "-p".into(), path_arg(dir.path())];
-                (require("nginx")?, args)
+                (require("nginx").map_err(StartError::Other)?, args)
             }
-            Kind::Weir | Kind::WeirDagor | Kind::WeirGoodput => {
-                anyhow::ensure!(
-                    opts.weir_bin.is_file(),
-                    "{} not found: build it with `cargo build --release -p proxy`",
-                    opts.weir_bin.display()
-                );
-                let admin_addr = free_port()?;
-                admin = Some(admin_addr);
-                let cfg = dir.path().join("weir.yaml");
-                std::fs::write(&cfg, weir_config(kind, addr, backend, admin_addr, opts))?;
-                let args = ["run", "--config", &path_arg(&cfg)]
-                    .into_iter()
-                    .map(String::from)
-                    .chain([
-                        "--inbound".into(),
-                        addr.to_string(),
-                        "--app".into(),
-                        backend.to_string(),
-                    ])
-                    .chain(["--admin".into(), admin_addr.to_string()])
-                    .chain(
-                        opts.weir_max_inflight
-                            .iter()
-                            .flat_map(|n| ["--max-inflight".to_string(), n.to_string()]),
-                    )
-                    .collect();
-                (opts.weir_bin.clone(), args)
-            }
-            Kind::Direct => unreachable!("handled above"),
+            _ => unreachable!("fixed-port contenders are nginx and HAProxy"),
         };
-        let mut command = match opts.pin_cpu {
-            Some(cpu) => {
-                let mut c = Command::new(require("taskset")?);
-                c.arg("-c").arg(cpu.to_string()).arg(&program);
-                c
-            }
-            None => Command::new(&program),
-        };
+        let mut command = pinned(&program, opts.pin_cpu).map_err(StartError::Other)?;
         command.args(&args).stdin(Stdio::null()).stdout(Stdio::null());
-        command.stderr(std::fs::File::create(dir.path().join("stderr.log"))?);
-        let child =
-            command.spawn().map_err(|e| anyhow::anyhow!("starting {}: {e}", program.display()))?;
-        let mut contender = Contender { kind, addr, admin, child: Some(child), _dir: Some(dir) };
-        contender.wait_ready().await?;
+        let stderr =
+            std::fs::File::create(dir.path().join("stderr.log")).map_err(StartError::other)?;
+        command.stderr(stderr);
+        let child = command.spawn().map_err(|e| {
+            StartError::Other(anyhow::anyhow!("starting {}: {e}", program.display()))
+        })?;
+        let mut contender = Contender {
+            kind,
+            addr,
+            admin: None,
+            listeners: None,
+            process: Process::Child(child),
+            _dir: Some(dir),
+        };
+        contender.wait_listening(addr).await?;
         Ok(contender)
     }
 
     /// The `weir` binary serving `yaml`, a configuration the caller wrote (several roles,
-    /// an entry table, an egress listener...). It must listen on `addr` and serve its admin
-    /// on `admin`; the process is ready once those and every address in `also` accept.
-    pub async fn weir_with_config(
+    /// an entry table, an egress listener...), with `extra` arguments after `run --config`.
+    /// Its listeners should be on port 0: the ready file says where they are
+    /// ([`Contender::listeners`]); the load goes to the inbound one.
+    pub async fn weir_with_config(weir_bin: &Path, yaml: &str) -> anyhow::Result<Self> {
+        Self::weir(Kind::Weir, weir_bin, yaml, &[], None).await
+    }
+
+    async fn weir(
+        kind: Kind,
         weir_bin: &Path,
         yaml: &str,
-        addr: SocketAddr,
-        admin: SocketAddr,
-        also: &[SocketAddr],
+        extra: &[String],
+        pin_cpu: Option<usize>,
     ) -> anyhow::Result<Self> {
         anyhow::ensure!(
             weir_bin.is_file(),
@@ -155,69 +198,66 @@ impl Contender {
         let dir = tempfile::tempdir()?;
         let cfg = dir.path().join("weir.yaml");
         std::fs::write(&cfg, yaml)?;
-        let mut command = Command::new(weir_bin);
-        command
-            .args(["run", "--config", &path_arg(&cfg)])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        command.stderr(std::fs::File::create(dir.path().join("stderr.log"))?);
-        let child =
-            command.spawn().map_err(|e| anyhow::anyhow!("starting {}: {e}", weir_bin.display()))?;
-        let mut contender = Contender {
-            kind: Kind::Weir,
-            addr,
-            admin: Some(admin),
-            child: Some(child),
+        let mut command = pinned(weir_bin, pin_cpu)?;
+        command.args(["run", "--config", &path_arg(&cfg)]).args(extra);
+        command.stdin(Stdio::null()).stdout(Stdio::null());
+        let weir = WeirProcess::start(command, Duration::from_secs(10))
+            .await
+            .map_err(|e| anyhow::anyhow!("{}: {e}", kind.label()))?;
+        let listeners = weir.listeners.clone();
+        Ok(Contender {
+            kind,
+            addr: listeners.inbound,
+            admin: Some(listeners.admin),
+            listeners: Some(listeners),
+            process: Process::Weir(weir),
             _dir: Some(dir),
-        };
-        let mut targets = vec![addr, admin];
-        targets.extend_from_slice(also);
-        contender.wait_listening(targets).await?;
-        Ok(contender)
+        })
     }
 
     pub fn pid(&self) -> Option<u32> {
-        self.child.as_ref().map(Child::id)
+        match &self.process {
+            Process::None => None,
+            Process::Child(child) => Some(child.id()),
+            Process::Weir(weir) => Some(weir.pid()),
+        }
     }
 
-    /// Bounded poll until the listener accepts (and weir's admin answers).
-    async fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let mut targets = vec![self.addr];
-        targets.extend(self.admin);
-        self.wait_listening(targets).await
-    }
-
-    async fn wait_listening(&mut self, targets: Vec<SocketAddr>) -> anyhow::Result<()> {
+    /// Bounded poll until the listener accepts; an early exit is [`StartError::Exited`].
+    async fn wait_listening(&mut self, target: SocketAddr) -> Result<(), StartError> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        for target in targets {
-            loop {
-                if let Some(child) = self.child.as_mut() {
-                    if let Some(status) = child.try_wait()? {
-                        anyhow::bail!(
-                            "{} exited early ({status}): {}",
-                            self.kind.label(),
-                            self.stderr()
-                        );
-                    }
+        loop {
+            if let Process::Child(child) = &mut self.process {
+                if let Some(status) = child.try_wait().map_err(StartError::other)? {
+                    return Err(StartError::Exited(anyhow::anyhow!(
+                        "{} exited early ({status}): {}",
+                        self.kind.label(),
+                        self.stderr()
+                    )));
                 }
-                if tokio::net::TcpStream::connect(target).await.is_ok() {
-                    break;
-                }
-                anyhow::ensure!(
-                    tokio::time::Instant::now() < deadline,
+            }
+            if tokio::net::TcpStream::connect(target).await.is_ok() {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(StartError::Other(anyhow::anyhow!(
                     "{} did not listen on {target} within 10 s: {}",
                     self.kind.label(),
                     self.stderr()
-                );
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                )));
             }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        Ok(())
     }
 
     fn stderr(&self) -> String {
-        let Some(dir) = &self._dir else { return String::new() };
-        let text = std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default();
+        let text = match (&self.process, &self._dir) {
+            (Process::Weir(weir), _) => weir.stderr(),
+            (_, Some(dir)) => {
+                std::fs::read_to_string(dir.path().join("stderr.log")).unwrap_or_default()
+            }
+            _ => String::new(),
+        };
         text.lines()
             .rev()
             .take(5)
@@ -231,11 +271,36 @@ impl Contender {
 
 impl Drop for Contender {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        if let Process::Child(child) = &mut self.process {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
+}
+
+/// Why nginx or HAProxy did not start: it exited (perhaps its port was taken: worth
+/// another try), or anything else.
+enum StartError {
+    Exited(anyhow::Error),
+    Other(anyhow::Error),
+}
+
+impl StartError {
+    fn other(e: impl Into<anyhow::Error>) -> Self {
+        StartError::Other(e.into())
+    }
+}
+
+/// `program`, or `taskset -c CPU program` when pinned.
+fn pinned(program: &Path, pin_cpu: Option<usize>) -> anyhow::Result<Command> {
+    Ok(match pin_cpu {
+        Some(cpu) => {
+            let mut c = Command::new(require("taskset")?);
+            c.arg("-c").arg(cpu.to_string()).arg(program);
+            c
+        }
+        None => Command::new(program),
+    })
 }
 
 /// An ephemeral port on 127.0.0.1 that was free a moment ago.
@@ -296,13 +361,8 @@ pub fn nginx_config(listen: SocketAddr, backend: SocketAddr, dir: &Path, o: &Opt
     )
 }
 
-pub fn weir_config(
-    kind: Kind,
-    listen: SocketAddr,
-    backend: SocketAddr,
-    admin: SocketAddr,
-    o: &Options,
-) -> String {
+/// weir's configuration for `kind` in front of `backend`: every listener on port 0.
+pub fn weir_config(kind: Kind, backend: SocketAddr, o: &Options) -> String {
     // The default law is whatever weir ships with: leave the section out.
     let law = match kind {
         Kind::WeirDagor => "admission:\n  law: dagor\n",
@@ -311,9 +371,9 @@ pub fn weir_config(
     };
     let inflight = o.weir_max_inflight.map_or(String::new(), |n| format!("  max_inflight: {n}\n"));
     format!(
-        "inbound:\n  listen: {listen}\n  app: {backend}\n{inflight}  threads: 1\n\
+        "inbound:\n  listen: 127.0.0.1:0\n  app: {backend}\n{inflight}  threads: 1\n\
          {law}\
-         admin:\n  listen: {admin}\n\
+         admin:\n  listen: 127.0.0.1:0\n\
          log:\n  filter: warn\n",
     )
 }

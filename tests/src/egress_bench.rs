@@ -31,7 +31,6 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rand::Rng;
 use serde::Serialize;
-use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -41,8 +40,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::backend::{BackendConfig, BackendSnapshot, CapacityBackend, ServiceChange};
-use crate::contender::{free_port, Contender};
+use crate::contender::Contender;
 use crate::load::{self, ClassReport, LoadSpec, Phase};
+use crate::prom::Metrics;
 use crate::status::{StatusPoller, StatusSample};
 
 /// Which parts of the benchmark to run.
@@ -305,35 +305,31 @@ impl Graph {
         std::fs::write(&secret, "egress-bench-secret\n")?;
 
         let backend = CapacityBackend::start(app_b).await?;
-        let (b_in, b_admin) = (free_port()?, free_port()?);
         let b_yaml = format!(
-            "inbound:\n  listen: {b_in}\n  app: {}\n  threads: 1\nadmin:\n  listen: {b_admin}\nlog:\n  filter: warn\n",
+            "inbound:\n  listen: 127.0.0.1:0\n  app: {}\n  threads: 1\nadmin:\n  listen: 127.0.0.1:0\nlog:\n  filter: warn\n",
             backend.addr()
         );
-        let weir_b =
-            Contender::weir_with_config(&config.weir_bin, &b_yaml, b_in, b_admin, &[]).await?;
+        let weir_b = Contender::weir_with_config(&config.weir_bin, &b_yaml).await?;
+        let (b_in, b_admin) = (weir_b.addr, weir_b.admin.expect("weir's admin"));
 
-        let (a_in, a_admin, a_egress) = (free_port()?, free_port()?, free_port()?);
-        let app_a = Arc::new(AppA::new(
-            a_egress,
-            b_in.to_string(),
-            self.calls,
-            self.random_user,
-            self.work_iters,
-        ));
+        // App A needs its egress's address, weir A its app's: A's egress port is known once
+        // weir A is up, and given to app A before any load.
+        let app_a =
+            Arc::new(AppA::new(b_in.to_string(), self.calls, self.random_user, self.work_iters));
         let app_a_addr = app_a.clone().serve().await?;
         let max_authorities = if self.propagation { 64 } else { 0 };
         let a_yaml = format!(
-            "inbound:\n  listen: {a_in}\n  app: {app_a_addr}\n  entry: true\n  threads: 1\n\
-             admin:\n  listen: {a_admin}\n  table_file: {}\n  user_secret_file: {}\n\
-             egress:\n  enabled: true\n  listen: {a_egress}\n  max_authorities: {max_authorities}\n  threads: 1\n\
+            "inbound:\n  listen: 127.0.0.1:0\n  app: {app_a_addr}\n  entry: true\n  threads: 1\n\
+             admin:\n  listen: 127.0.0.1:0\n  table_file: {}\n  user_secret_file: {}\n\
+             egress:\n  enabled: true\n  listen: 127.0.0.1:0\n  max_authorities: {max_authorities}\n  threads: 1\n\
              log:\n  filter: warn\n",
             table.display(),
             secret.display()
         );
-        let weir_a =
-            Contender::weir_with_config(&config.weir_bin, &a_yaml, a_in, a_admin, &[a_egress])
-                .await?;
+        let weir_a = Contender::weir_with_config(&config.weir_bin, &a_yaml).await?;
+        let (a_in, a_admin) = (weir_a.addr, weir_a.admin.expect("weir's admin"));
+        let a_egress = weir_a.listeners.as_ref().and_then(|l| l.egress).expect("A's egress");
+        app_a.egress.set(a_egress).expect("set once");
 
         let mut spec = LoadSpec::new(a_in, phases);
         spec.classes = load::classes_with_shares(config.mix);
@@ -469,7 +465,8 @@ async fn expiry_run(
 /// once or twice in sequence, passing the priority the entry stamped (or, to show what
 /// it prevents, a random user priority per call) and the remaining budget.
 struct AppA {
-    egress: SocketAddr,
+    /// Weir A's egress listener, known once weir A is up (it binds port 0).
+    egress: std::sync::OnceLock<SocketAddr>,
     downstream: String,
     calls: usize,
     random_user: bool,
@@ -495,13 +492,7 @@ struct AppStats {
 const SHED: &str = "x-weir-shed";
 
 impl AppA {
-    fn new(
-        egress: SocketAddr,
-        downstream: String,
-        calls: usize,
-        random_user: bool,
-        work_iters: u64,
-    ) -> Self {
+    fn new(downstream: String, calls: usize, random_user: bool, work_iters: u64) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
@@ -519,6 +510,7 @@ impl AppA {
                 Histogram::new_with_bounds(1, 60_000_000, 3).expect("static bounds"),
             ),
         };
+        let egress = std::sync::OnceLock::new();
         AppA { egress, downstream, calls, random_user, work_iters, client, stats }
     }
 
@@ -592,7 +584,8 @@ impl AppA {
             stats.failed.fetch_add(1, Relaxed);
             return Some(answer(504, "a-budget"));
         }
-        let mut builder = http::Request::get(format!("http://{}/work", self.egress))
+        let egress = self.egress.get().expect("the egress address is set before any load");
+        let mut builder = http::Request::get(format!("http://{egress}/work"))
             .header(http::header::HOST, &self.downstream)
             .header("x-business-priority", business)
             .header("x-user-priority", user)
@@ -759,59 +752,6 @@ impl Drop for Sampler {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-/// A Prometheus text exposition, parsed into `(name, labels, value)`.
-pub struct Metrics(Vec<(String, BTreeMap<String, String>, f64)>);
-
-impl Metrics {
-    pub fn parse(text: &str) -> Self {
-        let mut series = Vec::new();
-        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
-            let Some((head, value)) = line.rsplit_once(' ') else { continue };
-            let Ok(value) = value.trim().parse::<f64>() else { continue };
-            let (name, labels) = match head.split_once('{') {
-                Some((name, rest)) => (name, parse_labels(rest.trim_end_matches('}'))),
-                None => (head, BTreeMap::new()),
-            };
-            series.push((name.to_string(), labels, value));
-        }
-        Metrics(series)
-    }
-
-    /// Sum of `name{role, outcome}` over the other labels.
-    pub fn sum(&self, name: &str, role: &str, outcome: &str) -> f64 {
-        let is = |l: &BTreeMap<String, String>, k: &str, v: &str| l.get(k).is_some_and(|x| x == v);
-        self.0
-            .iter()
-            .filter(|(n, l, _)| n == name && is(l, "role", role) && is(l, "outcome", outcome))
-            .map(|(_, _, v)| v)
-            .sum()
-    }
-
-    /// The first series called `name`.
-    pub fn first(&self, name: &str) -> Option<f64> {
-        self.0.iter().find(|(n, _, _)| n == name).map(|(_, _, v)| *v)
-    }
-
-    /// Every series called `name`: its labels and value.
-    pub fn series<'a>(
-        &'a self,
-        name: &'a str,
-    ) -> impl Iterator<Item = (&'a BTreeMap<String, String>, f64)> + 'a {
-        self.0.iter().filter(move |(n, _, _)| n == name).map(|(_, l, v)| (l, *v))
-    }
-}
-
-fn parse_labels(text: &str) -> BTreeMap<String, String> {
-    let mut labels = BTreeMap::new();
-    let mut rest = text;
-    while let Some((key, after)) = rest.split_once("=\"") {
-        let Some(end) = after.find('"') else { break };
-        labels.insert(key.trim_start_matches(',').trim().to_string(), after[..end].to_string());
-        rest = &after[end + 1..];
-    }
-    labels
 }
 
 /// One scrape of a sidecar's `/metrics`, bounded by 1 s; `None` when it failed.
@@ -1009,27 +949,6 @@ fn timeline_plot(title: &str, samples: &[Sample], path: &Path) -> anyhow::Result
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn metrics_are_read_by_name_role_and_outcome() {
-        let m = Metrics::parse(
-            "# TYPE weir_requests_total counter\n\
-             weir_requests_total{role=\"egress\",business=\"1\",outcome=\"shed_downstream\"} 5\n\
-             weir_requests_total{role=\"egress\",business=\"2\",outcome=\"shed_downstream\"} 7\n\
-             weir_requests_total{role=\"inbound\",business=\"2\",outcome=\"shed_overload\"} 3\n\
-             weir_downstream_level{authority=\"127.0.0.1:9\"} 200\n\
-             weir_admission_level 32767\n",
-        );
-        assert_eq!(m.sum("weir_requests_total", "egress", "shed_downstream"), 12.0);
-        assert_eq!(m.sum("weir_requests_total", "inbound", "shed_overload"), 3.0);
-        assert_eq!(m.sum("weir_requests_total", "inbound", "admitted"), 0.0);
-        assert_eq!(m.first("weir_downstream_level"), Some(200.0));
-        assert_eq!(m.first("weir_admission_level"), Some(32767.0));
-        assert_eq!(m.first("weir_nothing"), None);
-        let levels: Vec<_> = m.series("weir_downstream_level").collect();
-        assert_eq!(levels.len(), 1);
-        assert_eq!(levels[0].0.get("authority").map(String::as_str), Some("127.0.0.1:9"));
-    }
 
     #[test]
     fn labels_become_file_names() {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::backend::{BackendConfig, BackendSnapshot, CapacityBackend};
-use crate::contender::{free_port, Contender};
+use crate::contender::Contender;
 use crate::load::{ClassSpec, Ending, LoadRun, LoadSpec, Phase, UserEvent};
 
 /// A request this close to a period boundary may be stamped in the neighbouring period
@@ -174,15 +174,10 @@ pub fn table_yaml(schedule: Schedule, rekey_every: Duration, cycle_periods: u32)
     )
 }
 
-fn weir_yaml(
-    listen: std::net::SocketAddr,
-    admin: std::net::SocketAddr,
-    app: std::net::SocketAddr,
-    dir: &Path,
-) -> String {
+fn weir_yaml(app: std::net::SocketAddr, dir: &Path) -> String {
     format!(
-        "inbound:\n  listen: {listen}\n  app: {app}\n  threads: 1\n  entry: true\n\
-         admin:\n  listen: {admin}\n  table_file: {dir}/table.yaml\n  user_secret_file: {dir}/secret\n\
+        "inbound:\n  listen: 127.0.0.1:0\n  app: {app}\n  threads: 1\n  entry: true\n\
+         admin:\n  listen: 127.0.0.1:0\n  table_file: {dir}/table.yaml\n  user_secret_file: {dir}/secret\n\
          log:\n  filter: warn\n",
         dir = dir.display()
     )
@@ -214,9 +209,8 @@ async fn run_schedule(
     let files = tempfile::tempdir()?;
     std::fs::write(files.path().join("table.yaml"), &table)?;
     std::fs::write(files.path().join("secret"), "fairness-bench-secret\n")?;
-    let (listen, admin) = (free_port()?, free_port()?);
-    let yaml = weir_yaml(listen, admin, backend.addr(), files.path());
-    let weir = Contender::weir_with_config(&config.weir_bin, &yaml, listen, admin, &[]).await?;
+    let yaml = weir_yaml(backend.addr(), files.path());
+    let weir = Contender::weir_with_config(&config.weir_bin, &yaml).await?;
     let period = config.rekey_every;
     let unit = match schedule {
         Schedule::Balanced => period * config.cycle_periods,

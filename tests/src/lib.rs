@@ -8,6 +8,9 @@
 //! - [`scenario`], [`report`], [`plot`]: the overload benchmark and its outputs.
 //! - [`egress_bench`]: the chain, fan-out and expiry benchmark through two sidecars;
 //!   [`bench_cli`]: the runners' shared command-line pieces.
+//! - [`support`]: the end-to-end tests' apps, clients and misbehaving peers
+//!   (`proxy/tests/e2e`); [`weir_process`]: `weir run` as a child that reports the ports it
+//!   bound; [`prom`]: the one reader of weir's Prometheus text.
 //! - [`noharm`]: weir's shipped defaults against direct in front of healthy apps.
 //! - [`multihop`]: entry -> costly middle hop -> bottleneck / healthy service, five
 //!   contenders, steady, M^k, step and retrying clients.
@@ -23,7 +26,10 @@ pub mod noharm;
 pub mod overhead;
 pub mod plot;
 pub mod procfs;
+pub mod prom;
 pub mod report;
 pub mod scenario;
+pub mod support;
+pub mod weir_process;
 
 pub use weir_workload::{backend, load, status, unix_micros, DEADLINE_HEADER};

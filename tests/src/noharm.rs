@@ -36,7 +36,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::backend::{BackendConfig, CapacityBackend};
-use crate::contender::{free_port, Contender};
+use crate::contender::Contender;
 use crate::load::{self, LoadReport, LoadSpec, Outcome, Phase, Protocol};
 use crate::status::{StatusPoller, StatusSample};
 
@@ -432,9 +432,9 @@ pub async fn start_weir(
     app: SocketAddr,
     extra: &str,
 ) -> anyhow::Result<Contender> {
-    let (listen, admin) = (free_port()?, free_port()?);
-    let yaml = weir_yaml(listen, app, admin, extra);
-    Contender::weir_with_config(weir_bin, &yaml, listen, admin, &[]).await
+    let any: SocketAddr = ([127, 0, 0, 1], 0).into();
+    let yaml = weir_yaml(any, app, any, extra);
+    Contender::weir_with_config(weir_bin, &yaml).await
 }
 
 /// The configuration of a shipped-defaults sidecar: addresses only (and quiet logs).

@@ -12,6 +12,7 @@ use http_body_util::Full;
 use hyper::{body::Incoming, Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use serde::Serialize;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -148,9 +149,8 @@ struct Shared {
 }
 
 pub struct CapacityBackend {
-    addr: SocketAddr,
+    server: HttpServer,
     shared: Arc<Shared>,
-    stop: watch::Sender<bool>,
 }
 
 // === impl CapacityBackend ===
@@ -162,16 +162,17 @@ impl CapacityBackend {
     }
 
     pub async fn start_on(config: BackendConfig, addr: SocketAddr) -> std::io::Result<Self> {
-        let listener = TcpListener::bind(addr).await?;
-        let addr = listener.local_addr()?;
         let shared = Arc::new(Shared { epoch: Mutex::new(Epoch::new(&config)), config });
-        let (stop, stopped) = watch::channel(false);
-        tokio::spawn(accept_loop(listener, shared.clone(), stopped));
-        Ok(CapacityBackend { addr, shared, stop })
+        let server = HttpServer::bind(addr, {
+            let shared = shared.clone();
+            move |req| serve(shared.clone(), req)
+        })
+        .await?;
+        Ok(CapacityBackend { server, shared })
     }
 
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     pub fn config(&self) -> &BackendConfig {
@@ -192,7 +193,7 @@ impl CapacityBackend {
 
 impl Drop for CapacityBackend {
     fn drop(&mut self) {
-        let _ = self.stop.send(true);
+        self.server.stop();
         self.shared.current().workers.close();
     }
 }
@@ -232,39 +233,87 @@ impl Epoch {
     }
 }
 
-async fn accept_loop(
-    listener: TcpListener,
-    shared: Arc<Shared>,
-    mut stopped: watch::Receiver<bool>,
-) {
-    loop {
-        let (stream, _) = tokio::select! {
-            _ = stopped.changed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                // Out of descriptors and the like: back off briefly rather than spin.
-                Err(_) => { tokio::time::sleep(Duration::from_millis(5)).await; continue }
-            },
-        };
-        let _ = stream.set_nodelay(true);
-        let shared = shared.clone();
+/// An HTTP/1.1 and h2c (prior knowledge) server on 127.0.0.1: each request goes to one
+/// handler function. The capacity model above and the test harness's apps (`weir_harness`)
+/// all serve through it. Dropping it stops the accept loop and closes its connections.
+pub struct HttpServer {
+    addr: SocketAddr,
+    stop: watch::Sender<bool>,
+}
+
+impl HttpServer {
+    /// Binds `addr` (port 0: an ephemeral port, see [`HttpServer::addr`]) and serves every
+    /// request with `handler`.
+    pub async fn bind<H, F, B>(addr: SocketAddr, handler: H) -> std::io::Result<HttpServer>
+    where
+        H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+        F: Future<Output = Response<B>> + Send + 'static,
+        B: hyper::body::Body + Send + 'static,
+        B::Data: Send,
+        B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    {
+        let listener = TcpListener::bind(addr).await?;
+        let addr = listener.local_addr()?;
+        let (stop, stopped) = watch::channel(false);
+        tokio::spawn(accept_loop(listener, handler, stopped));
+        Ok(HttpServer { addr, stop })
+    }
+
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Stops accepting and closes every connection (also done on drop).
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Connections a server serves at once (weir-net's bounded accept loop closes any beyond):
+/// far above what a benchmark or test opens, and finite.
+const MAX_CONNECTIONS: usize = 65_536;
+
+async fn accept_loop<H, F, B>(listener: TcpListener, handler: H, stopped: watch::Receiver<bool>)
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let stop = {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.changed().await;
+        }
+    };
+    weir_net::accept_loop(listener, "backend", MAX_CONNECTIONS, stop, |conn: weir_net::Accepted| {
+        let handler = handler.clone();
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |req| serve(shared.clone(), req));
+            let _permit = conn.permit;
+            let service = hyper::service::service_fn(move |req| {
+                let answer = handler(req);
+                async move { Ok::<_, std::convert::Infallible>(answer.await) }
+            });
             let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-            let conn = builder.serve_connection(TokioIo::new(stream), service);
+            let conn = builder.serve_connection(TokioIo::new(conn.stream), service);
             tokio::select! {
                 _ = conn => {}
                 _ = stopped.changed() => {}
             }
         });
-    }
+    })
+    .await
 }
 
-async fn serve(
-    shared: Arc<Shared>,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
+async fn serve(shared: Arc<Shared>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let deadline_us = deadline_of(&req);
     let epoch = shared.current();
     let config = shared.config.clone();
@@ -279,7 +328,7 @@ async fn serve(
     let status = if served { http::StatusCode::OK } else { http::StatusCode::SERVICE_UNAVAILABLE };
     let mut resp = Response::new(Full::new(Bytes::from_static(b"ok\n")));
     *resp.status_mut() = status;
-    Ok(resp)
+    resp
 }
 
 /// Returns false when the backend was reset while the request waited.

@@ -3,7 +3,8 @@
 //! depends on it, so no plotting, benchmarking or test-only crates belong here.
 //!
 //! - [`backend`]: a capacity-model app (W workers x S ms, FIFO) that counts the work
-//!   it spends on requests whose client already gave up.
+//!   it spends on requests whose client already gave up, and the HTTP/1.1 + h2c server it
+//!   serves through ([`backend::HttpServer`]), which the test harness's apps share.
 //! - [`load`]: an open-loop generator (Poisson arrivals, business classes, a user
 //!   population, per-request deadlines) with per-class counts, latency histograms and
 //!   per-second series.

@@ -11,7 +11,7 @@
 //!   nothing and indexes exact paths, so it can sit on the request path behind an `ArcSwap`.
 
 mod compiled;
-mod error;
+pub(crate) mod error;
 mod path;
 mod raw;
 mod validate;

@@ -1,4 +1,5 @@
-//! The admin listeners and the background tasks they start.
+//! The admin listeners (on weir-net's bounded accept loop: at most
+//! `admin.max_connections` each) and the background tasks they start.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -11,6 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use weir_net::Accepted;
 
 use super::ControlPlane;
 
@@ -83,20 +85,9 @@ impl ControlPlane {
             .timer(TokioTimer::new())
             .keep_alive_interval(header_read)
             .keep_alive_timeout(header_read);
-        tokio::pin!(shutdown);
-        loop {
-            let stream = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok((stream, _)) => stream,
-                    Err(e) => {
-                        // Usually EMFILE; back off instead of spinning on the error.
-                        tracing::warn!(error = %e, "admin accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-                _ = &mut shutdown => break,
-            };
+        let name = if public { "admin.public_listen" } else { "admin.listen" };
+        let max_connections = self.cfg.max_connections;
+        weir_net::accept_loop(listener, name, max_connections, shutdown, |conn: Accepted| {
             let plane = self.clone();
             let service = service_fn(move |req| {
                 let plane = plane.clone();
@@ -104,6 +95,8 @@ impl ControlPlane {
             });
             let (builder, watcher) = (builder.clone(), graceful.watcher());
             tokio::spawn(async move {
+                let Accepted { stream, permit, .. } = conn;
+                let _permit = permit;
                 // Protocol detection reads the first bytes before hyper's own header timer
                 // starts; a peer that sends nothing is bounded here.
                 let mut first = [0u8; 1];
@@ -116,8 +109,8 @@ impl ControlPlane {
                     tracing::debug!(error = %e, "admin connection ended with an error");
                 }
             });
-        }
-        drop(listener);
+        })
+        .await;
         if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await.is_err() {
             tracing::warn!("admin connections still open after the shutdown grace");
         }

@@ -15,22 +15,8 @@ use http::{HeaderMap, HeaderName, HeaderValue, Request, Uri, Version};
 
 use crate::app_client::Protocol;
 use crate::body::RequestBody;
-
-/// Checks a route target (`host:port`, no scheme, no path).
-pub fn parse_target(target: &str) -> Result<Authority, String> {
-    let authority: Authority =
-        target.parse().map_err(|_| format!("`{target}` is not a host:port authority"))?;
-    if authority.host().is_empty() {
-        return Err(format!("`{target}` has no host"));
-    }
-    if authority.port_u16().is_none() {
-        return Err(format!("`{target}` has no port"));
-    }
-    if authority.as_str().contains('@') {
-        return Err(format!("`{target}` carries user info"));
-    }
-    with_port(authority).ok_or_else(|| format!("`{target}` is not a host:port authority"))
-}
+pub use crate::config::egress::parse_target;
+use crate::config::egress::with_port;
 
 /// The authority a request is for: a fixed route's, the absolute-form URI's (HTTP proxy
 /// style, and HTTP/2's `:authority`), or the `Host` header's. Port 80 when none is given
@@ -48,25 +34,6 @@ pub fn target_authority(
         None => Authority::try_from(headers.get(HOST)?.as_bytes()).ok()?,
     };
     with_port(authority)
-}
-
-/// `host:port` as it is, `host` or `host:` with port 80; `None` for what else http's parser
-/// lets through, rather than guessing: user info, no host, a port that is no port
-/// (`host:99999`, `host:+80`), bytes after a bracketed host (`[::1]x:80`).
-fn with_port(authority: Authority) -> Option<Authority> {
-    let host = authority.host();
-    if authority.as_str().contains('@') || host.is_empty() {
-        return None;
-    }
-    // Without user info, the host comes first; after it only `:port`, `:` or nothing.
-    match &authority.as_str()[host.len()..] {
-        "" | ":" => Authority::try_from(format!("{host}:80")).ok(),
-        port => {
-            let digits = port.strip_prefix(':')?;
-            let ok = digits.bytes().all(|b| b.is_ascii_digit()) && authority.port_u16().is_some();
-            ok.then_some(authority)
-        }
-    }
 }
 
 /// The request for the downstream.

@@ -28,11 +28,11 @@ use std::time::Duration;
 
 use weir_harness::bench_cli;
 use weir_harness::contender::{self, Contender, Kind};
-use weir_harness::egress_bench::Metrics;
 use weir_harness::load::Protocol;
 use weir_harness::noharm::nginx_app::{Listener, NginxApp};
 use weir_harness::overhead::{self, BodySize, ClientResult, Measurement, WeirReading, Workload};
 use weir_harness::procfs;
+use weir_harness::prom::Metrics;
 use weir_harness::report::Machine;
 
 /// Who stands between the client and the app.
@@ -128,7 +128,8 @@ struct Args {
     weir_bin: Option<PathBuf>,
     #[arg(long)]
     out: Option<PathBuf>,
-    /// Internal: serve the zero-work app on this address and never return.
+    /// Internal: serve the zero-work app on this address (port 0: any; the bound address is
+    /// the first line on stdout) and never return.
     #[arg(long, hide = true)]
     serve_backend: Option<SocketAddr>,
 }
@@ -378,11 +379,10 @@ async fn measure(
 /// weir's shipped defaults (only the addresses, one worker thread), pinned to CPU 1 like
 /// every proxy here.
 async fn start_weir_defaults(weir_bin: &Path, app: SocketAddr) -> anyhow::Result<Contender> {
-    let (listen, admin) = (contender::free_port()?, contender::free_port()?);
     let yaml = format!(
-        "inbound:\n  listen: {listen}\n  app: {app}\n  threads: 1\nadmin:\n  listen: {admin}\nlog:\n  filter: warn\n"
+        "inbound:\n  listen: 127.0.0.1:0\n  app: {app}\n  threads: 1\nadmin:\n  listen: 127.0.0.1:0\nlog:\n  filter: warn\n"
     );
-    let weir = Contender::weir_with_config(weir_bin, &yaml, listen, admin, &[]).await?;
+    let weir = Contender::weir_with_config(weir_bin, &yaml).await?;
     if let Some(pid) = weir.pid() {
         // Every thread it has (they are all started by now), and those it starts later
         // inherit the affinity.
@@ -426,16 +426,16 @@ async fn start_app(
 ) -> anyhow::Result<(SocketAddr, Box<dyn std::any::Any>)> {
     match app {
         App::Rust => {
-            let addr = contender::free_port()?;
-            let mut child = Command::new(taskset)
+            let child = Command::new(taskset)
                 .args(["-c", "0"])
                 .arg(std::env::current_exe()?)
                 .arg("--serve-backend")
-                .arg(addr.to_string())
-                .stdout(Stdio::null())
+                .arg("127.0.0.1:0")
+                .stdout(Stdio::piped())
                 .spawn()?;
-            wait_listening(addr, &mut child).await?;
-            Ok((addr, Box::new(KillOnDrop(child))))
+            let mut child = KillOnDrop(child);
+            let addr = read_bound_addr(&mut child.0)?;
+            Ok((addr, Box::new(child)))
         }
         App::Nginx => {
             let nginx = NginxApp::start(Listener::Http1, Some(0))?;
@@ -508,24 +508,22 @@ fn run_wrk(
     overhead::parse_wrk(&text).ok_or_else(|| anyhow::anyhow!("could not read wrk's output: {text}"))
 }
 
-/// Bounded poll until the app process accepts connections.
-async fn wait_listening(addr: SocketAddr, child: &mut Child) -> anyhow::Result<()> {
-    for _ in 0..500 {
-        if let Some(status) = child.try_wait()? {
-            anyhow::bail!("app exited early: {status}");
-        }
-        if tokio::net::TcpStream::connect(addr).await.is_ok() {
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    anyhow::bail!("app did not listen on {addr} within 5 s")
+/// The address the `--serve-backend` child bound: the first line it prints (a bounded wait:
+/// the read ends when it exits).
+fn read_bound_addr(child: &mut Child) -> anyhow::Result<SocketAddr> {
+    use std::io::BufRead as _;
+    let stdout = child.stdout.take().ok_or_else(|| anyhow::anyhow!("no stdout"))?;
+    let mut line = String::new();
+    std::io::BufReader::new(stdout).read_line(&mut line)?;
+    line.trim().parse().map_err(|_| anyhow::anyhow!("the app did not report its address: {line:?}"))
 }
 
 fn serve_backend(addr: SocketAddr) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(addr).await?;
+        // The parent reads the port from here; nothing else is printed.
+        println!("{}", listener.local_addr()?);
         overhead::serve_zero_work(listener).await?;
         anyhow::Ok(())
     })

@@ -338,11 +338,9 @@ impl Starter<'_> {
                     merge(&mut config, &serde_yaml::from_str(ONE_HOP_ONLY)?);
                     yaml = serde_yaml::to_string(&config)?;
                 }
-                let also: Vec<SocketAddr> = egress.into_iter().collect();
-                let proxy =
-                    Contender::weir_with_config(&self.weir_bin, &yaml, listen, admin, &also)
-                        .await
-                        .map_err(|e| anyhow::anyhow!("weir {name}: {e:#}"))?;
+                let proxy = Contender::weir_with_config(&self.weir_bin, &yaml)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("weir {name}: {e:#}"))?;
                 debug_assert!(self.topology.weir());
                 Ok((Front { addr: listen, proxy: Some(proxy) }, Some(admin)))
             }

@@ -11,7 +11,8 @@ use tokio::time::Instant;
 
 use super::app::{AppSnapshot, HopApp};
 use crate::backend::{BackendSnapshot, CapacityBackend};
-use crate::egress_bench::{fetch_metrics, Metrics};
+use crate::egress_bench::fetch_metrics;
+use crate::prom::Metrics;
 
 /// Often enough to time a level change to ~0.1 s (weir refreshes its cached-level gauge
 /// every 250 ms, which bounds what a scrape can see).

@@ -255,6 +255,9 @@ async fn run_variant(
         if sidecars { Some(super::start_weir(weir_bin, backend.addr(), "").await?) } else { None };
     let b_target = weir_b.as_ref().map_or(backend.addr(), |w| w.addr);
 
+    // App A is built with the address it calls B through, before weir A (which needs app A's
+    // address) starts: A's egress port is picked here, the one pick-then-bind left
+    // (contender.rs).
     let a_egress = free_port()?;
     let call = if variant.egress() {
         Downstream::ThroughEgress { egress: a_egress, authority: b_target.to_string() }
@@ -266,7 +269,7 @@ async fn run_variant(
     let app_a_addr = app_a.clone().serve().await?;
 
     let weir_a = if sidecars {
-        let (listen, admin) = (free_port()?, free_port()?);
+        let (listen, admin) = ("127.0.0.1:0", "127.0.0.1:0");
         let mut inbound = String::new();
         if variant.hand_set() {
             let _ = write!(
@@ -283,8 +286,7 @@ async fn run_variant(
         let yaml = format!(
             "inbound:\n  listen: {listen}\n  app: {app_a_addr}\n{inbound}{egress}admin:\n  listen: {admin}\nlog:\n  filter: warn\n"
         );
-        let also: Vec<SocketAddr> = if variant.egress() { vec![a_egress] } else { vec![] };
-        Some(Contender::weir_with_config(weir_bin, &yaml, listen, admin, &also).await?)
+        Some(Contender::weir_with_config(weir_bin, &yaml).await?)
     } else {
         None
     };

@@ -1,0 +1,181 @@
+//! The connection driver, one for both roles: detection, the socket behind `CallerIo`,
+//! hyper's HTTP/1.1 or h2 server, and the three ways a connection is asked to end (idle,
+//! drain) or is dropped (a graceful close that does not finish). See [`super`].
+
+use std::convert::Infallible;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering::*};
+use std::sync::Arc;
+
+use hyper::server::conn::{http1, http2};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulConnection;
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use weir_net::drain::Watch;
+use weir_net::ConnectionPermit;
+
+use super::activity::{Activity, Busy};
+use super::caller_io::CallerIo;
+use super::detect::{self, Detected};
+use super::h2_streams::StreamExecutor;
+use super::{LevelStamp, Role};
+use crate::config::ServerConfig;
+
+/// One accepted connection of a role.
+pub(super) struct Connection<R: Role> {
+    role: Arc<R>,
+    config: Arc<ServerConfig>,
+    drain: Watch,
+}
+
+/// Response bodies of one connection still being sent after their request left the role
+/// (a request is counted inside only until its response head).
+#[derive(Debug, Clone, Default)]
+struct Streaming(Arc<AtomicUsize>);
+
+/// One response body being sent; dropped with the body.
+#[derive(Debug)]
+struct StreamingBody(Arc<AtomicUsize>);
+
+// === impl Connection ===
+
+impl<R: Role> Connection<R> {
+    pub(super) fn new(role: Arc<R>, config: Arc<ServerConfig>, drain: Watch) -> Self {
+        Connection { role, config, drain }
+    }
+
+    /// Serves the connection to its end; `permit` (its place among `max_connections`) is
+    /// held until then.
+    pub(super) async fn serve(self, stream: TcpStream, permit: ConnectionPermit) {
+        let _permit = permit;
+        let timeouts = &self.config.timeouts;
+        let detect_by = Instant::now() + timeouts.header_read;
+        let detected = match detect::protocol(&stream, detect_by).await {
+            Ok(Some(detected)) => detected,
+            // Closed, failed, or nothing decisive within `header_read`.
+            Ok(None) | Err(_) => return,
+        };
+        let activity = Arc::new(Activity::new());
+        let streaming = Streaming::default();
+        let service = {
+            let (role, activity, streaming) =
+                (self.role.clone(), activity.clone(), streaming.clone());
+            let conn = Arc::new(R::Conn::default());
+            service_fn(move |req| {
+                let served = role.clone().serve(conn.clone(), req);
+                let (activity, streaming) = (activity.clone(), streaming.clone());
+                async move {
+                    let busy = Busy::new(&activity);
+                    let mut response = served.await;
+                    activity.expect_head();
+                    // Counted streaming before it stops counting busy: the driver never
+                    // sees the connection empty while a body is about to be sent.
+                    if !hyper::body::Body::is_end_stream(response.body()) {
+                        response.body_mut().hold(streaming.start());
+                    }
+                    drop(busy);
+                    Ok::<_, Infallible>(response)
+                }
+            })
+        };
+        let write = timeouts.write;
+        match detected {
+            Detected::Http1 => {
+                let stamp: Arc<dyn LevelStamp> = self.role.clone();
+                let io = TokioIo::new(CallerIo::http1(stream, write, stamp, activity.clone()));
+                let conn = http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(timeouts.header_read)
+                    .serve_connection(io, service);
+                self.drive(conn, &activity, &streaming).await;
+            }
+            Detected::H2 => {
+                let io = TokioIo::new(CallerIo::h2(stream, write));
+                let conn = http2::Builder::new(StreamExecutor { write })
+                    .timer(TokioTimer::new())
+                    .max_concurrent_streams(self.config.h2.max_concurrent_streams)
+                    .serve_connection(io, service);
+                self.drive(conn, &activity, &streaming).await;
+            }
+        }
+    }
+
+    /// Runs the connection to its end, asking it to finish gracefully when it has been idle
+    /// for `timeouts.idle` or the drain starts, and dropping it when that has not finished
+    /// after `timeouts.graceful_close` with nothing inside.
+    async fn drive<C>(&self, conn: C, activity: &Activity, streaming: &Streaming)
+    where
+        C: GracefulConnection,
+        C::Error: std::fmt::Display,
+    {
+        let (idle, graceful_close) =
+            (self.config.timeouts.idle, self.config.timeouts.graceful_close);
+        let mut conn = pin!(conn);
+        let timer = tokio::time::sleep(idle);
+        let mut timer = pin!(timer);
+        let drained = self.drain.signaled();
+        let mut drained = pin!(drained);
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(error = %e, "connection ended");
+                    }
+                    return;
+                }
+                () = timer.as_mut() => {
+                    let now = Instant::now();
+                    if closing {
+                        // Asked to close at least `graceful_close` ago: done if nothing is
+                        // inside; otherwise what is inside has its own bounds, look again.
+                        if activity.idle_deadline(idle).is_some() && streaming.none() {
+                            tracing::debug!(
+                                "connection dropped: its graceful close did not finish \
+                                 within timeouts.graceful_close"
+                            );
+                            return;
+                        }
+                        timer.as_mut().reset(now + graceful_close);
+                        continue;
+                    }
+                    match activity.idle_deadline(idle) {
+                        Some(at) if at <= now => {
+                            conn.as_mut().graceful_shutdown();
+                            closing = true;
+                            timer.as_mut().reset(now + graceful_close);
+                        }
+                        Some(at) => timer.as_mut().reset(at),
+                        None => timer.as_mut().reset(now + idle),
+                    }
+                }
+                () = drained.as_mut(), if !closing => {
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                    timer.as_mut().reset(Instant::now() + graceful_close);
+                }
+            }
+        }
+    }
+}
+
+// === impl Streaming ===
+
+impl Streaming {
+    fn start(&self) -> StreamingBody {
+        self.0.fetch_add(1, AcqRel);
+        StreamingBody(self.0.clone())
+    }
+
+    fn none(&self) -> bool {
+        self.0.load(Acquire) == 0
+    }
+}
+
+impl Drop for StreamingBody {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, AcqRel);
+    }
+}
