@@ -48,6 +48,8 @@ pub const DEFAULT_MAX_DEPENDENCIES: usize = 8;
 /// level's expiry: while the door refuses a route, its app makes no calls, and the
 /// dependency must outlive that (the downstream's level itself still expires in 2 s).
 pub const DEFAULT_DEPENDENCY_EXPIRY: Duration = Duration::from_secs(30);
+/// A stale refusing level lets a probe through every `level expiry / PROBE_DIVISOR`.
+pub const PROBE_DIVISOR: u32 = 8;
 /// Routes longer than this are not tracked.
 pub const MAX_ROUTE_LEN: usize = 256;
 
@@ -89,6 +91,21 @@ pub struct RouteDependencies<C: Clock> {
 #[derive(Debug, Default)]
 struct RouteSlot {
     deps: RwLock<Vec<Dependency>>,
+    /// When the door last let a request of this route through as a probe (micros + 1).
+    last_probe: AtomicU64,
+}
+
+/// What the door does with a request ([`RouteDependencies::door`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// No fresh dependency refuses it.
+    Pass,
+    /// A dependency's level refuses it, but that level's news is stale and no probe of this
+    /// route went through for `probe_every`: this one goes, to bring news (its calls must
+    /// go out too).
+    Probe,
+    /// A dependency's fresh level refuses it.
+    Refuse,
 }
 
 #[derive(Debug)]
@@ -210,6 +227,50 @@ impl<C: Clock> RouteDependencies<C> {
             .filter(|d| d.expires_at_micros.load(Relaxed) > now)
             .filter_map(|d| cached(&d.authority, &d.route))
             .min()
+    }
+
+    /// The door's verdict for `priority` on `route`: `news(authority, downstream route)` is
+    /// the fresh cached level and whether its news is stale. A route whose requests are all
+    /// refused hears nothing from its downstreams, so a stale refusing level lets one
+    /// request through every `probe_every` (then its calls must not be refused locally
+    /// either): a downstream that recovered is seen within about `probe_every`, not at the
+    /// level's expiry.
+    pub fn door(
+        &self,
+        route: &str,
+        priority: Priority,
+        probe_every: Duration,
+        news: impl Fn(&str, &str) -> Option<(AdmissionLevel, bool)>,
+    ) -> Door {
+        let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
+        let Some(slot) = routes.get(route) else { return Door::Pass };
+        let now = now_micros(&self.clock);
+        let (mut refused, mut all_stale) = (false, true);
+        {
+            let deps = slot.deps.read().unwrap_or_else(|p| p.into_inner());
+            for d in deps.iter().filter(|d| d.expires_at_micros.load(Relaxed) > now) {
+                if let Some((level, stale)) = news(&d.authority, &d.route) {
+                    if !level.admits(priority) {
+                        refused = true;
+                        all_stale &= stale;
+                    }
+                }
+            }
+        }
+        if !refused {
+            return Door::Pass;
+        }
+        if all_stale {
+            let every = (probe_every.as_micros() as u64).max(1);
+            let last = slot.last_probe.load(Relaxed);
+            let now1 = now + 1;
+            if (last == 0 || now1.saturating_sub(last) >= every)
+                && slot.last_probe.compare_exchange(last, now1, Relaxed, Relaxed).is_ok()
+            {
+                return Door::Probe;
+            }
+        }
+        Door::Refuse
     }
 
     /// `min(own, the route's dependencies' fresh cached levels)`.
@@ -409,6 +470,21 @@ impl<C: Clock + Clone> RouteLevels<C> {
     pub fn route_level(&self, authority: &str, route: &str) -> Option<AdmissionLevel> {
         let map = self.by_authority.read().unwrap_or_else(|p| p.into_inner());
         map.get(authority)?.level(route)
+    }
+
+    /// As [`RouteLevels::level`], with whether the news is stale
+    /// ([`DownstreamLevels::level_news`]).
+    pub fn level_news(
+        &self,
+        authority: &str,
+        route: &str,
+        fallback: &DownstreamLevels<C>,
+    ) -> Option<(AdmissionLevel, bool)> {
+        let by_route = {
+            let map = self.by_authority.read().unwrap_or_else(|p| p.into_inner());
+            map.get(authority).and_then(|c| c.level_news(route))
+        };
+        by_route.or_else(|| fallback.level_news(authority))
     }
 
     /// The route's fresh level, else the authority's (`fallback`).

@@ -77,6 +77,8 @@ struct Entry {
     waited: Duration,
     /// The route of the latest inbound request with this key.
     route: Option<Arc<str>>,
+    /// That request is the door's probe (per-route levels): its calls go out.
+    probe: bool,
 }
 
 impl Entry {
@@ -150,10 +152,13 @@ impl DownstreamWaits {
         self.routes.as_ref()
     }
 
-    /// The route of the inbound request at the app that holds `headers`' key, if any.
-    pub fn route_of(&self, headers: &HeaderMap) -> Option<Arc<str>> {
+    /// The route of the inbound request at the app that holds `headers`' key, if any, and
+    /// whether that request is the door's probe.
+    pub fn route_of(&self, headers: &HeaderMap) -> Option<(Arc<str>, bool)> {
         let key = self.key(headers)?;
-        self.shard(key).get(&key)?.route.clone()
+        let shard = self.shard(key);
+        let entry = shard.get(&key)?;
+        Some((entry.route.clone()?, entry.probe))
     }
 
     fn shard(&self, key: u64) -> MutexGuard<'_, HashMap<u64, Entry>> {
@@ -178,11 +183,17 @@ impl DownstreamWaits {
     /// An inbound request goes to the app: registers it under its key, stamping an
     /// `x-request-id` first if it carries none.
     pub fn visit(&self, headers: &mut HeaderMap) -> Option<Visit> {
-        self.visit_route(headers, None)
+        self.visit_route(headers, None, false)
     }
 
-    /// As [`DownstreamWaits::visit`], remembering the request's route for its key.
-    pub fn visit_route(&self, headers: &mut HeaderMap, route: Option<&str>) -> Option<Visit> {
+    /// As [`DownstreamWaits::visit`], remembering the request's route for its key, and
+    /// whether it is the door's probe.
+    pub fn visit_route(
+        &self,
+        headers: &mut HeaderMap,
+        route: Option<&str>,
+        probe: bool,
+    ) -> Option<Visit> {
         let key = match self.key(headers) {
             Some(key) => key,
             None => {
@@ -200,6 +211,7 @@ impl DownstreamWaits {
                 entry.route = Some(route.into());
             }
         }
+        entry.probe = probe;
         entry.inbound += 1;
         entry.settle_lending(&self.limit);
         Some(Visit { key, waited_before: entry.waited_until(Instant::now()) })

@@ -21,7 +21,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use admission_core::downstream::DownstreamLevels;
-use admission_core::route::{RefusalAges, RetryMemory, RouteDependencies, RouteLevels};
+use admission_core::route::{
+    Door, RefusalAges, RetryMemory, RouteDependencies, RouteLevels, PROBE_DIVISOR,
+};
 use admission_core::table::normalize_path;
 use admission_core::{AdmissionLevel, MonotonicClock, Priority};
 use http::HeaderName;
@@ -44,6 +46,8 @@ pub struct RouteState {
     pub route_levels: RouteLevels<MonotonicClock>,
     /// Calls a downstream refused, whose retries wait for its level to change.
     pub retries: RetryMemory<MonotonicClock>,
+    /// How often a route the door refuses wholly on stale news lets a probe through.
+    probe_every: Duration,
 }
 
 impl RouteState {
@@ -65,6 +69,7 @@ impl RouteState {
                 clock,
             ),
             retries: RetryMemory::new(level_expiry, config.retry_memory, clock),
+            probe_every: level_expiry / PROBE_DIVISOR,
         }
     }
 
@@ -74,9 +79,15 @@ impl RouteState {
         self.route_levels.level(authority, route, &self.authority_levels)
     }
 
-    /// The inbound door: does a downstream `route` depends on refuse `priority` now?
-    pub fn door_refuses(&self, route: &str, priority: Priority) -> bool {
-        self.enabled && self.deps.should_refuse(route, priority, |a, r| self.cached(a, r))
+    /// The inbound door: does a downstream `route` depends on refuse `priority` now (or is
+    /// this request the probe that brings news of a stale refusing level)?
+    pub fn door(&self, route: &str, priority: Priority) -> Door {
+        if !self.enabled {
+            return Door::Pass;
+        }
+        self.deps.door(route, priority, self.probe_every, |a, r| {
+            self.route_levels.level_news(a, r, &self.authority_levels)
+        })
     }
 
     /// The level to stamp on `route`'s responses.

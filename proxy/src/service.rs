@@ -43,6 +43,7 @@ use crate::route_level::{self, Ages, RouteState};
 use crate::server::{LevelStamp, Role};
 use crate::shared::Shared;
 use crate::telemetry::ProxyMetrics;
+use admission_core::route::Door;
 
 mod exchange;
 mod forward;
@@ -208,9 +209,13 @@ impl Inbound {
 
         // The route's door: a downstream this route calls would refuse it (per-route levels),
         // so the app does not spend work on it first.
+        let mut probe = false;
         if let (Some(routes), Some(route)) = (&self.routes, route) {
-            if !self.shadow() && routes.door_refuses(route, priority) {
-                return self.refuse(grpc, ShedReason::RouteLevel, priority);
+            match routes.door(route, priority) {
+                Door::Pass => {}
+                Door::Probe => probe = true,
+                Door::Refuse if self.shadow() => {}
+                Door::Refuse => return self.refuse(grpc, ShedReason::RouteLevel, priority),
             }
         }
 
@@ -325,8 +330,11 @@ impl Inbound {
 
         // App. What shadow mode forwards although enforcing would not have may be past its
         // budget already; it gets the task timeout, as if weir were not there.
-        let visit =
-            self.shared.waits.as_ref().and_then(|w| w.visit_route(&mut parts.headers, route));
+        let visit = self
+            .shared
+            .waits
+            .as_ref()
+            .and_then(|w| w.visit_route(&mut parts.headers, route, probe));
         let exchange = AppExchange::new(slot, now, self.shared.clone(), visit);
         let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
         self.forward(parts, body, protocol, deadline, exchange, grpc).await

@@ -341,3 +341,32 @@ proptest! {
 fn per_route_top(tops: &HashMap<(usize, usize), u8>, a: usize) -> u8 {
     tops.get(&(a, usize::MAX)).copied().unwrap_or(u8::MAX)
 }
+
+#[test]
+fn a_stale_refusing_level_lets_one_probe_through_per_interval() {
+    let (d, clock) = deps(4, 4);
+    d.learn("/x", "b", "/b");
+    let every = Duration::from_millis(250);
+    let stale = std::cell::Cell::new(false);
+    let news = |_: &str, _: &str| Some((level("1.0"), stale.get()));
+    assert_eq!(d.door("/x", p(0, 0), every, news), Door::Pass);
+    assert_eq!(d.door("/x", p(2, 0), every, news), Door::Refuse, "fresh news: refused");
+    stale.set(true);
+    assert_eq!(d.door("/x", p(2, 0), every, news), Door::Probe, "stale: one probe");
+    assert_eq!(d.door("/x", p(2, 0), every, news), Door::Refuse, "and only one");
+    clock.advance(every);
+    assert_eq!(d.door("/x", p(2, 0), every, news), Door::Probe, "one per interval");
+    assert_eq!(d.door("/y", p(2, 0), every, news), Door::Pass, "another route calls nothing");
+}
+
+#[test]
+fn news_goes_stale_after_an_eighth_of_the_expiry() {
+    let clock = ManualClock::new();
+    let c = DownstreamLevels::new(DEFAULT_EXPIRY, 4, clock.clone());
+    c.observe("b", [&b"3.0"[..]]);
+    assert_eq!(c.level_news("b"), Some((level("3.0"), false)));
+    clock.advance(DEFAULT_EXPIRY / 8 + Duration::from_millis(1));
+    assert_eq!(c.level_news("b"), Some((level("3.0"), true)));
+    clock.advance(DEFAULT_EXPIRY);
+    assert_eq!(c.level_news("b"), None);
+}

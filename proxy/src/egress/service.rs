@@ -212,16 +212,20 @@ impl EgressService {
             .enabled
             .then(|| route_level::route_of(parts.uri.path()).map(|r| r.into()))
             .flatten();
+        let mut probe = false;
         let call_id = match (&out_route, &self.waits) {
             (Some(out_route), Some(waits)) => {
-                if let Some(route) = waits.route_of(&parts.headers) {
+                if let Some((route, is_probe)) = waits.route_of(&parts.headers) {
                     self.routes.deps.learn(&route, authority.as_str(), out_route);
+                    probe = is_probe;
                 }
                 waits.key(&parts.headers).map(|key| call_id(key, authority.as_str(), out_route))
             }
             _ => None,
         };
         let refused = match &out_route {
+            // The inbound door's probe: it goes out to bring news of a stale level.
+            Some(_) if probe => false,
             Some(r) => {
                 let levels = &self.routes.route_levels;
                 levels.should_refuse(authority.as_str(), r, priority, &self.levels)
