@@ -317,7 +317,7 @@ impl AdaptiveLimit {
     }
 
     /// Whether the admission level refuses a real share of the arrivals now (the engine's
-    /// `level_refuses`): a loose cut tightens only then.
+    /// `level_binds`): a loose cut tightens only then.
     pub fn set_refusing(&mut self, refusing: bool) {
         self.refusing = refusing;
     }
@@ -719,9 +719,12 @@ impl AdaptiveLimit {
         self.costly += 1;
         self.confirmed = true;
         let needs = t.ref_rate * after / 1e9;
+        // Capped where the search started, not at the step before: a step judged free
+        // within the rate tolerance may already have cost the app some of its concurrency
+        // (31 workers searched 38 -> 28 -> 21 stayed at 28).
         let limit = ((needs * (1.0 + self.cfg.headroom)).ceil() as usize)
             .max(t.target + 1)
-            .min(t.prev.max(t.target + 1));
+            .min(t.search_from.max(t.target + 1));
         self.history.clear();
         let peak = needs.floor() as usize;
         self.history.push_back(Record {

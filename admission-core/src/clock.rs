@@ -27,6 +27,11 @@ impl MonotonicClock {
     pub fn nanos_at(&self, at: Instant) -> Nanos {
         at.saturating_duration_since(self.origin).as_nanos() as Nanos
     }
+
+    /// The `Instant` at `nanos` on this clock (for a timer set from a time computed on it).
+    pub fn instant_at(&self, nanos: Nanos) -> Instant {
+        self.origin + Duration::from_nanos(nanos)
+    }
 }
 
 impl Default for MonotonicClock {

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, MonotonicClock, Nanos};
 use crate::config::{EngineConfig, Law, Mode};
-use crate::controller::{queuing_signal_ns, Controller, OverloadDetector, WindowSummary};
+use crate::controller::{self, queuing_signal_ns, Controller, OverloadDetector, WindowSummary};
 use crate::priority::{AdmissionLevel, Priority, COMPOUND_LEVELS};
 
 /// The outcome of [`AdmissionEngine::admit`].
@@ -71,9 +71,6 @@ struct BusyClock {
 /// their response intervals (they learn the new level from the next response).
 const CUT_GRACE_NS: u64 = 25_000_000;
 
-/// [`AdmissionEngine::level_refuses`]: beyond 1 in this many arrivals.
-const REFUSING_ONE_IN: u64 = 50;
-
 /// `record_queuing` checks the window's age on every this-many-th sample of a shard.
 const TIME_CHECK_EVERY: u64 = 64;
 
@@ -84,8 +81,8 @@ pub struct AdmissionEngine<C: Clock = MonotonicClock> {
     window_requests: u32,
     level: AtomicU16,
     overloaded: AtomicBool,
-    /// Whether the level in force would refuse more than 1 in 50 of what arrived in the
-    /// last window (see [`Self::level_refuses`]).
+    /// Whether the level in force binds on the last window's arrivals (see
+    /// [`Self::level_binds`]).
     refusing: AtomicBool,
     /// After a cut behind propagating callers: the level before it, still honoured until
     /// `grace_until` (engine clock) for what they sent before they heard of the cut.
@@ -219,9 +216,9 @@ impl<C: Clock> AdmissionEngine<C> {
         }
     }
 
-    /// Call, in addition to [`Self::record_queuing`], for a request the residence gate
-    /// dropped at dequeue: it left the queue without costing the app anything, so the
-    /// goodput law must not count it as capacity.
+    /// Call, in addition to [`Self::record_queuing`], for a request that left the queue
+    /// without reaching the app (refused at dequeue or while waiting, evicted, or its caller
+    /// left): it cost the app nothing, so the goodput law must not count it as capacity.
     #[inline]
     pub fn record_gate_drop(&self) {
         self.dropped.0.fetch_add(1, Relaxed);
@@ -353,13 +350,14 @@ impl<C: Clock> AdmissionEngine<C> {
             && self.clock.now() < self.grace_until.load(Relaxed)
     }
 
-    /// Whether the level refuses a real share of what arrives here: more than 1 in 50 of
-    /// the last window's arrivals lie beyond it. A level can be cut and refuse (next to)
-    /// nothing: behind callers whose egress already refuses beyond it, everything that
-    /// arrives is within it. The queue's max wait trims the backlog of a level that
-    /// refuses; behind such callers a refusal here would only waste the work they did.
+    /// Whether the level binds: it refuses a real share of what arrives here (see
+    /// [`controller::level_binds`], applied to the last window's arrivals). A level can be
+    /// cut and refuse (next to) nothing: behind callers whose egress already refuses beyond
+    /// it, everything that arrives is within it. The queue's max wait trims the backlog of
+    /// a level that binds; behind such callers a refusal here would only waste the work
+    /// they did.
     #[inline]
-    pub fn level_refuses(&self) -> bool {
+    pub fn level_binds(&self) -> bool {
         self.refusing.load(Relaxed)
     }
 
@@ -442,14 +440,12 @@ impl<C: Clock> AdmissionEngine<C> {
         // send until then was admissible when sent, and refusing it here would waste the
         // work they did for it. The old level holds for a short grace. Not for the first
         // cut from fully open (a lone sidecar's spike: its backlog must not grow).
-        if next < current && current != AdmissionLevel::FULLY_OPEN && !self.level_refuses() {
+        if next < current && current != AdmissionLevel::FULLY_OPEN && !self.level_binds() {
             self.grace_level.store(current.compound(), Relaxed);
             self.grace_until.store(now.saturating_add(CUT_GRACE_NS), Relaxed);
         }
         self.level.store(next.compound(), Relaxed);
-        let would_refuse: u64 =
-            state.scratch[next.compound() as usize + 1..].iter().map(|&n| u64::from(n)).sum();
-        self.refusing.store(would_refuse * REFUSING_ONE_IN > arrivals, Relaxed);
+        self.refusing.store(controller::level_binds(&state.scratch, next), Relaxed);
         let capacity = state.controller.capacity_estimate().unwrap_or(0.0);
         self.capacity_bits.store(capacity.to_bits(), Relaxed);
         self.overloaded.store(state.detector.overloaded(), Relaxed);

@@ -8,46 +8,20 @@
 //!   app's typical time ([`give_up_at`]), not when it finally reaches the head.
 //! - At dequeue (the residence gate, the last point where delay accumulates), nothing
 //!   past its deadline or the task timeout, or that cannot finish in time, reaches the app.
-//! - While the level refuses (beyond 1 in 50 arrivals), a waiter of the class the level cuts in (or a less
-//!   important one) older than `overload_max_wait` is dropped while it waits, unless it
-//!   is about to be served, and only if no less important request waits: a more important
-//!   waiter is never dropped while a less important one is still queued, and a class the
-//!   level admits whole is bound by its budget only. The
-//!   waiters it drops are the backlog of the least important class the level admits,
-//!   which a priority queue would otherwise keep until their budget runs out. At the door,
-//!   a newcomer whose expected wait already exceeds `overload_max_wait` is refused at once.
-//!   Together they bound the admitted tail: what reaches the app waited at most about the
-//!   max wait. With the level fully open (a burst, an app's hiccup) neither applies, and
-//!   waiters keep their whole budget.
+//! - While the level binds (more than 1 in 50 arrivals beyond it, see
+//!   [`level_binds`](crate::controller::level_binds)), a waiter of the class the level
+//!   cuts in (or a less important one) older than `overload_max_wait` is dropped while it
+//!   waits, unless it is about to be served, and only if no less important request waits:
+//!   a more important waiter is never dropped while a less important one is still queued,
+//!   and a class the level admits whole is bound by its budget only. The waiters it drops
+//!   are the backlog of the class the level cuts in, which a priority queue would
+//!   otherwise keep until their budget runs out. At the door, a newcomer whose expected
+//!   wait already exceeds `overload_max_wait` is refused at once. Together they bound the
+//!   admitted tail: what reaches the app waited at most about the max wait. With the level
+//!   fully open (a burst, an app's hiccup) neither applies, and waiters keep their whole
+//!   budget. (When and how often a waiter is asked is [`crate::queue_policy`]'s.)
 
 use crate::clock::Nanos;
-
-/// What to do with a request leaving the pending queue.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GateDecision {
-    Forward,
-    /// The caller's deadline has passed: the answer would arrive to nobody.
-    DeadlinePassed,
-    /// It waited longer than the task timeout, even though its own deadline is later.
-    WaitedTooLong,
-}
-
-/// `arrival`, `now` and `deadline` are on the same clock. `deadline` is absolute.
-#[inline]
-pub fn residence_gate(
-    arrival: Nanos,
-    now: Nanos,
-    deadline: Nanos,
-    task_timeout: Nanos,
-) -> GateDecision {
-    if now >= deadline {
-        GateDecision::DeadlinePassed
-    } else if now.saturating_sub(arrival) > task_timeout {
-        GateDecision::WaitedTooLong
-    } else {
-        GateDecision::Forward
-    }
-}
 
 /// Where the request is when the gate is asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,8 +48,8 @@ pub struct DeadlineCheck {
     /// the wait (the waiters ahead of it over the completion rate, [`expected_wait`]);
     /// zero at dequeue (it is being served now).
     pub expected_wait: Nanos,
-    /// Whether the level refuses a real share of the arrivals (the engine's
-    /// `level_refuses`): the max-wait rules apply only then. A level that refuses (next to)
+    /// Whether the level binds: it refuses a real share of the arrivals (the engine's
+    /// `level_binds`): the max-wait rules apply only then. A level that refuses (next to)
     /// nothing, behind callers whose egress refuses for it, or fully open during a burst or
     /// a hiccup, leaves waiters their whole budget.
     pub overloaded: bool,
@@ -203,22 +177,6 @@ mod tests {
     use super::*;
 
     const MS: u64 = 1_000_000;
-
-    #[test]
-    fn forwards_within_both_bounds() {
-        assert_eq!(residence_gate(0, 10 * MS, 480 * MS, 500 * MS), GateDecision::Forward);
-    }
-
-    #[test]
-    fn drops_at_or_after_deadline() {
-        assert_eq!(residence_gate(0, 480 * MS, 480 * MS, 500 * MS), GateDecision::DeadlinePassed);
-        assert_eq!(residence_gate(0, 900 * MS, 480 * MS, 500 * MS), GateDecision::DeadlinePassed);
-    }
-
-    #[test]
-    fn drops_long_waiters_with_generous_deadlines() {
-        assert_eq!(residence_gate(0, 501 * MS, 10_000 * MS, 500 * MS), GateDecision::WaitedTooLong);
-    }
 
     fn check(now: u64, deadline: u64) -> DeadlineCheck {
         DeadlineCheck {

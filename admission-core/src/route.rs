@@ -97,7 +97,7 @@ struct RouteSlot {
 
 /// What the door does with a request ([`RouteDependencies::door`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Door {
+pub enum RouteDoor {
     /// No fresh dependency refuses it.
     Pass,
     /// A dependency's level refuses it, but that level's news is stale and no probe of this
@@ -241,9 +241,9 @@ impl<C: Clock> RouteDependencies<C> {
         priority: Priority,
         probe_every: Duration,
         news: impl Fn(&str, &str) -> Option<(AdmissionLevel, bool)>,
-    ) -> Door {
+    ) -> RouteDoor {
         let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
-        let Some(slot) = routes.get(route) else { return Door::Pass };
+        let Some(slot) = routes.get(route) else { return RouteDoor::Pass };
         let now = now_micros(&self.clock);
         let (mut refused, mut all_stale) = (false, true);
         {
@@ -258,7 +258,7 @@ impl<C: Clock> RouteDependencies<C> {
             }
         }
         if !refused {
-            return Door::Pass;
+            return RouteDoor::Pass;
         }
         if all_stale {
             let every = (probe_every.as_micros() as u64).max(1);
@@ -267,10 +267,10 @@ impl<C: Clock> RouteDependencies<C> {
             if (last == 0 || now1.saturating_sub(last) >= every)
                 && slot.last_probe.compare_exchange(last, now1, Relaxed, Relaxed).is_ok()
             {
-                return Door::Probe;
+                return RouteDoor::Probe;
             }
         }
-        Door::Refuse
+        RouteDoor::Refuse
     }
 
     /// `min(own, the route's dependencies' fresh cached levels)`.

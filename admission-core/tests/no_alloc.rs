@@ -2,7 +2,7 @@
 //! tests running side by side count only their own work):
 //! - inbound: `admit`, `record_queuing`, `observe_queue`, `record_completion`, `tick`
 //!   (including window rollovers), `level`, the header codecs, the audit counters and the
-//!   size grade, under every law;
+//!   size grade and the queue policy's dequeue check, under every law;
 //! - egress: `should_refuse` and `level`, and `observe` of an authority that already has a
 //!   slot (or of bad values).
 
@@ -15,10 +15,9 @@ use std::time::Duration;
 use admission_core::audit::{AuditCounters, Outcome};
 use admission_core::downstream::DownstreamLevels;
 use admission_core::priority::{parse_business, parse_user};
+use admission_core::queue_policy::{Conditions, QueuePolicy, Waiter};
 use admission_core::size_grade::{SizeGrade, SizeGradeConfig};
-use admission_core::{
-    residence_gate, AdmissionEngine, AdmissionLevel, EngineConfig, Law, ManualClock, Priority,
-};
+use admission_core::{AdmissionEngine, AdmissionLevel, EngineConfig, Law, ManualClock, Priority};
 
 struct Counting;
 
@@ -67,6 +66,7 @@ fn hot_path_does_not_allocate() {
         let engine = AdmissionEngine::new(&cfg, ManualClock::new());
         let audit = AuditCounters::new();
         let grade = SizeGrade::new(&SizeGradeConfig::default()).expect("valid");
+        let policy = QueuePolicy::new(Duration::from_micros(1), Duration::ZERO, false);
         let mut sink = 0u64;
         let allocations = allocations_in(|| {
             for i in 0..20_000u64 {
@@ -89,7 +89,9 @@ fn hot_path_does_not_allocate() {
                 sink +=
                     parse_business(b"17").unwrap_or(0) as u64 + parse_user(b"x").is_err() as u64;
                 sink += grade.priority(i * 37).user as u64;
-                sink += residence_gate(0, i, 1_000, 500) as u64 + d as u64;
+                let waiter = Waiter { priority: p, arrival: 0, deadline: 1_000 };
+                let at = Conditions { now: i, level, level_binds: true, typical_app: 10 };
+                sink += policy.at_dequeue(&waiter, &at, true) as u64 + d as u64;
             }
         });
         assert!(engine.windows_closed() >= 30, "rollovers must be exercised");

@@ -4,9 +4,9 @@
 //! - At start: the state file (the last accepted table) if present and valid, unless the
 //!   table file's content differs from the one the state recorded (the ConfigMap was edited
 //!   while the process was down; then the table file wins); without a state file, the table
-//!   file; else `--table`; else the embedded default. An invalid state or table file is
-//!   logged and skipped; an invalid table file or `--table` with nothing better to serve
-//!   is a start-up error.
+//!   file; else the embedded default. (`weir run --table FILE` sets the table file.) An
+//!   invalid state or table file is logged and skipped; an invalid table file with nothing
+//!   better to serve is a start-up error.
 //! - At run time: API edits and table-file changes apply in the order they happen; a
 //!   change of the table file's content replaces earlier API edits (logged).
 
@@ -132,12 +132,8 @@ fn at(field: &str) -> impl Fn(ControlError) -> FieldError + '_ {
 
 /// The table to serve at start, by the precedence in the module docs. Persists it to the
 /// state path when it came from elsewhere. Errors name the setting at fault
-/// (`admin.table_file`, `admin.state_path`, `--table`).
-pub fn load_initial_table(
-    cfg: &AdminConfig,
-    cli_table: Option<&Path>,
-    secret: &[u8],
-) -> Result<CompiledTable, FieldError> {
+/// (`admin.table_file`, `admin.state_path`).
+pub fn load_initial_table(cfg: &AdminConfig, secret: &[u8]) -> Result<CompiledTable, FieldError> {
     let state = cfg.state_path.as_ref().map(StateFile::new);
     let persisted = state.as_ref().and_then(|s| match s.read() {
         Ok(p) => p,
@@ -160,10 +156,7 @@ pub fn load_initial_table(
         (Some(p), _) => (p.table, "state_path", p.table_file_digest),
         (None, Some(Ok((t, d)))) => (t, "table_file", Some(d)),
         (None, Some(Err(e))) => return Err(at("admin.table_file")(e)),
-        (None, None) => match cli_table {
-            Some(path) => (read_table_file(path).map_err(at("--table"))?.0, "--table", None),
-            None => (PriorityTable::embedded_default(), "embedded default", None),
-        },
+        (None, None) => (PriorityTable::embedded_default(), "embedded default", None),
     };
     table.version = table.version.max(1);
     let field = match origin {

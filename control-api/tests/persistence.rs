@@ -126,23 +126,15 @@ fn startup_precedence() {
         AdminConfig { state_path: Some(d.join("state.yaml")), ..AdminConfig::default() };
 
     // Nothing configured: the embedded default, persisted.
-    let t = load_initial_table(&only_state, None, b"").unwrap();
+    let t = load_initial_table(&only_state, b"").unwrap();
     assert_eq!((t.version(), t.source().default_business), (1, 200));
     assert!(d.join("state.yaml").exists());
 
-    // --table is used only when nothing better exists.
-    write(&d.join("cli.yaml"), "default_business: 77\n");
-    let t = load_initial_table(&only_state, Some(&d.join("cli.yaml")), b"").unwrap();
-    assert_eq!(t.source().default_business, 200, "state beats --table");
-    std::fs::remove_file(d.join("state.yaml")).unwrap();
-    let t = load_initial_table(&only_state, Some(&d.join("cli.yaml")), b"").unwrap();
-    assert_eq!(t.source().default_business, 77);
-
-    // The table file beats --table, and is recorded in the state with its digest.
+    // The table file is recorded in the state with its digest.
     std::fs::remove_file(d.join("state.yaml")).unwrap();
     write(&d.join("table.yaml"), "version: 5\ndefault_business: 50\n");
     let cfg = cfg_in(d);
-    let t = load_initial_table(&cfg, Some(&d.join("cli.yaml")), b"").unwrap();
+    let t = load_initial_table(&cfg, b"").unwrap();
     assert_eq!((t.version(), t.source().default_business), (5, 50));
 
     // An API edit (state newer than the unchanged table file) survives a restart.
@@ -150,27 +142,27 @@ fn startup_precedence() {
     let digest = state.read().unwrap().unwrap().table_file_digest;
     let mut edited = PriorityTable::from_yaml("version: 6\ndefault_business: 60\n").unwrap();
     state.write(&edited, digest).unwrap();
-    let t = load_initial_table(&cfg, None, b"").unwrap();
+    let t = load_initial_table(&cfg, b"").unwrap();
     assert_eq!((t.version(), t.source().default_business), (6, 60), "state wins");
 
     // The ConfigMap changed while down: the table file wins, at a newer version.
     write(&d.join("table.yaml"), "version: 2\ndefault_business: 20\n");
-    let t = load_initial_table(&cfg, None, b"").unwrap();
+    let t = load_initial_table(&cfg, b"").unwrap();
     assert_eq!((t.version(), t.source().default_business), (7, 20), "changed file wins");
 
     // An invalid table file never replaces a good state.
     edited.version = 8;
     state.write(&edited, None).unwrap();
     write(&d.join("table.yaml"), "default_business: 999\n");
-    let t = load_initial_table(&cfg, None, b"").unwrap();
+    let t = load_initial_table(&cfg, b"").unwrap();
     assert_eq!(t.source().default_business, 60);
 
     // A torn state falls back to the table file; with the file invalid too, start fails.
     write(&d.join("state.yaml"), "rules: [ { name: x");
-    let err = load_initial_table(&cfg, None, b"").unwrap_err();
+    let err = load_initial_table(&cfg, b"").unwrap_err();
     assert!(err.to_string().contains("table.yaml"), "{err}");
     write(&d.join("table.yaml"), "default_business: 30\n");
-    assert_eq!(load_initial_table(&cfg, None, b"").unwrap().source().default_business, 30);
+    assert_eq!(load_initial_table(&cfg, b"").unwrap().source().default_business, 30);
 }
 
 #[tokio::test]
@@ -184,7 +176,7 @@ async fn an_accepted_put_survives_a_restart() {
     std::fs::copy(s.path("state.yaml"), dir.path().join("state.yaml")).unwrap();
     s.stop().await;
     cfg.state_path = Some(dir.path().join("state.yaml"));
-    let t = load_initial_table(&cfg, None, b"").unwrap();
+    let t = load_initial_table(&cfg, b"").unwrap();
     assert_eq!((t.version(), t.source().default_business), (2, 33));
 }
 

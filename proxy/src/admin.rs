@@ -258,5 +258,5 @@ pub fn initial_table(config: &SidecarConfig) -> Result<CompiledTable, FieldError
              can choose user ids with favourable levels"
         );
     }
-    control_api::load_initial_table(&config.admin, None, &secret)
+    control_api::load_initial_table(&config.admin, &secret)
 }

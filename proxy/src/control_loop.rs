@@ -96,7 +96,7 @@ impl ControlLoop {
             if depth > 0 {
                 adaptive.on_waiting();
             }
-            adaptive.set_refusing(engine.level_refuses());
+            adaptive.set_refusing(engine.level_binds());
             adaptive.observe_held(engine.clock().now(), limit.held());
             adaptive.tick(engine.clock().now())
         };

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use admission_core::downstream::DownstreamLevels;
 use admission_core::route::{
-    Door, RefusalAges, RetryMemory, RouteDependencies, RouteLevels, PROBE_DIVISOR,
+    RefusalAges, RetryMemory, RouteDependencies, RouteDoor, RouteLevels, PROBE_DIVISOR,
 };
 use admission_core::table::normalize_path;
 use admission_core::{AdmissionLevel, MonotonicClock, Priority};
@@ -81,9 +81,9 @@ impl RouteState {
 
     /// The inbound door: does a downstream `route` depends on refuse `priority` now (or is
     /// this request the probe that brings news of a stale refusing level)?
-    pub fn door(&self, route: &str, priority: Priority) -> Door {
+    pub fn door(&self, route: &str, priority: Priority) -> RouteDoor {
         if !self.enabled {
-            return Door::Pass;
+            return RouteDoor::Pass;
         }
         self.deps.door(route, priority, self.probe_every, |a, r| {
             self.route_levels.level_news(a, r, &self.authority_levels)

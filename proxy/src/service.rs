@@ -12,6 +12,9 @@
 //!    the queuing time the detector averages. One connection may hold at most
 //!    `max_queued_per_connection` of the waiters. A caller that leaves while queued (h2
 //!    reset, HTTP/1.1 close) drops this future, which leaves the queue.
+//!    Whether it may queue (the door), when its wait ends early (its timer) and whether
+//!    it may leave for the app are the queue policy's ([`admission_core::queue_policy`],
+//!    shared with the simulator); [`queue`] holds the glue.
 //! 5. **gate**: at dequeue, a request whose budget is spent, that waited too long, or that
 //!    cannot finish in time is refused and never forwarded.
 //! 6. **app** ([`forward`]): the request goes to the app with the remaining budget; the
@@ -25,10 +28,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use admission_core::audit::Outcome;
-use admission_core::gate::{
-    deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage, Verdict,
-};
-use admission_core::{AdmissionLevel, Decision, Priority};
+use admission_core::queue_policy::{Door, QueuePolicy, Verdict};
+use admission_core::{Decision, Priority};
 use http::{HeaderName, Method, Request, Response};
 use hyper::body::{Body, Incoming};
 
@@ -43,7 +44,7 @@ use crate::route_level::{self, Ages, RouteState};
 use crate::server::{LevelStamp, Role};
 use crate::shared::Shared;
 use crate::telemetry::ProxyMetrics;
-use admission_core::route::Door;
+use admission_core::route::RouteDoor;
 
 mod exchange;
 mod forward;
@@ -68,7 +69,8 @@ pub struct Inbound {
     entry: bool,
     task_timeout: Duration,
     max_budget: Duration,
-    overload_max_wait: Duration,
+    /// The door, the waiter's timer and the dequeue check (shared with the simulator).
+    queue_policy: QueuePolicy,
     app: Endpoint,
     app_protocol: AppProtocol,
     /// What the app speaks (`app_protocol: auto`), probed and remembered.
@@ -80,15 +82,6 @@ pub struct Inbound {
     routes: Option<Arc<RouteState>>,
     /// How long the level has refused each class (the refusal's `retry-after` grows).
     ages: Ages,
-}
-
-/// The bound a waiter past the max wait evicts below: less important than itself, and in
-/// the class the level cuts in or a less important one.
-fn evict_below(waiter: Priority, level: AdmissionLevel) -> Priority {
-    let cut_class = Priority { business: level.priority().business, user: 0 };
-    let above_cut_class = Priority::from_compound(cut_class.compound().saturating_sub(1))
-        .unwrap_or(Priority::MOST_IMPORTANT);
-    waiter.max(above_cut_class)
 }
 
 /// What the inbound role keeps per caller connection (the skeleton keeps the rest).
@@ -118,6 +111,7 @@ impl Inbound {
             idle_timeout: inbound.timeouts.app_idle,
             h2_connections: APP_H2_CONNECTIONS,
         };
+        let shadow = shared.engine.mode() == admission_core::Mode::Shadow;
         Ok(Inbound {
             routes: shared.waits.as_ref().and_then(|w| w.routes()).filter(|r| r.enabled).cloned(),
             ages: route_level::ages(inbound.retry_after),
@@ -134,7 +128,7 @@ impl Inbound {
             entry: inbound.entry,
             task_timeout: inbound.task_timeout,
             max_budget: inbound.max_budget(),
-            overload_max_wait: inbound.overload_max_wait,
+            queue_policy: QueuePolicy::new(inbound.task_timeout, inbound.overload_max_wait, shadow),
             app: Endpoint::new(inbound.app, settings),
             app_protocol: inbound.app_protocol,
             app_speaks: Upstream::new(inbound.app, inbound.timeouts.app_connect),
@@ -212,10 +206,10 @@ impl Inbound {
         let mut probe = false;
         if let (Some(routes), Some(route)) = (&self.routes, route) {
             match routes.door(route, priority) {
-                Door::Pass => {}
-                Door::Probe => probe = true,
-                Door::Refuse if self.shadow() => {}
-                Door::Refuse => return self.refuse(grpc, ShedReason::RouteLevel, priority),
+                RouteDoor::Pass => {}
+                RouteDoor::Probe => probe = true,
+                RouteDoor::Refuse if self.shadow() => {}
+                RouteDoor::Refuse => return self.refuse(grpc, ShedReason::RouteLevel, priority),
             }
         }
 
@@ -240,6 +234,7 @@ impl Inbound {
             };
 
         // Queue.
+        let waiter = self.waiter(priority, arrival, deadline);
         let (slot, queued) = match self.shared.limit.try_slot() {
             Some(slot) => {
                 engine.record_queuing(Duration::ZERO);
@@ -249,28 +244,20 @@ impl Inbound {
             None => {
                 // The door: a request that would wait longer than its budget allows is
                 // refused now, with a fast 503, rather than after the wait.
-                if !self.shadow() && self.expects_too_long_a_wait(arrival, deadline, priority) {
+                if let Door::Refuse(_) = self.door(&waiter) {
                     return self.refuse(grpc, ShedReason::Overload, priority);
                 }
                 self.shared.control.on_queued();
-                // While queued, it is refused as soon as its budget no longer covers the
-                // app's typical time, not when it reaches the head.
-                // (Shadow mode refuses nothing: its waiters wait as long as it takes.)
-                let give_up = if self.shadow() {
-                    arrival + Duration::from_secs(86_400 * 365)
-                } else {
-                    self.give_up_at(arrival, deadline)
-                };
-                // Set by whichever of the sidecar's own refusals ends the wait (the queue's
-                // accounting then does not count it as a caller who left).
+                // Set by the waiter's timer when it ends the wait (the queue's accounting
+                // then does not count it as a caller who left).
                 let refused = AtomicBool::new(false);
-                let give_up = async {
-                    tokio::time::sleep_until(give_up.into()).await;
+                let timer = async {
+                    let verdict = self.refused_while_waiting(&waiter).await;
                     refused.store(true, Relaxed);
-                };
-                let waited_out = async {
-                    self.waited_out(arrival, priority).await;
-                    refused.store(true, Relaxed);
+                    match verdict {
+                        Verdict::WaitedOut => ShedReason::Overload,
+                        _ => ShedReason::Deadline,
+                    }
                 };
                 // HTTP/1.1: read the body ahead while queued, or a caller who leaves is not
                 // seen leaving (h2 callers reset the stream, which drops this future).
@@ -280,15 +267,13 @@ impl Inbound {
                         biased;
                         waited = self.wait_for_slot(conn, priority, &refused) => waited,
                         () = body.caller_gone() => return self.error(WeirError::CallerGone, grpc),
-                        () = give_up => return self.refuse(grpc, ShedReason::Deadline, priority),
-                        () = waited_out => return self.refuse(grpc, ShedReason::Overload, priority),
+                        reason = timer => return self.refuse(grpc, reason, priority),
                     }
                 } else {
                     tokio::select! {
                         biased;
                         waited = self.wait_for_slot(conn, priority, &refused) => waited,
-                        () = give_up => return self.refuse(grpc, ShedReason::Deadline, priority),
-                        () = waited_out => return self.refuse(grpc, ShedReason::Overload, priority),
+                        reason = timer => return self.refuse(grpc, reason, priority),
                     }
                 };
                 match waited {
@@ -303,19 +288,8 @@ impl Inbound {
 
         // Gate. Without a wait, the arrival is "now" to within microseconds.
         let now = if queued { Instant::now() } else { arrival };
-        let clock = engine.clock();
-        let check = DeadlineCheck {
-            arrival: clock.nanos_at(arrival),
-            now: clock.nanos_at(now),
-            deadline: clock.nanos_at(deadline),
-            task_timeout: self.task_timeout.as_nanos() as u64,
-            typical_app: self.shared.app_time.typical().as_nanos() as u64,
-            // The max wait is not asked here: the waiter's own timer asked it while it
-            // waited, and one leaving the queue is being served now (nothing left to bound).
-            queued,
-            ..DeadlineCheck::default()
-        };
-        if !deadline_gate(Stage::Dequeue, &check).is_forward() {
+        let verdict = self.queue_policy.at_dequeue(&waiter, &self.conditions(now), queued);
+        if !verdict.is_forward() {
             if !self.shadow() {
                 drop(slot);
                 // The queuing sample counted it as dispatched; it never reached the app, so
@@ -385,114 +359,6 @@ impl Inbound {
 
     fn shadow(&self) -> bool {
         self.shared.engine.mode() == admission_core::Mode::Shadow
-    }
-
-    /// The door's question: would the wait (the waiters served before this request, over
-    /// the app's completion rate) plus the app's typical time overrun the budget?
-    fn expects_too_long_a_wait(&self, arrival: Instant, deadline: Instant, p: Priority) -> bool {
-        let ahead = self.shared.limit.waiting_ahead_of(p);
-        if ahead == 0 {
-            return false;
-        }
-        let rate = self.completion_rate();
-        let level = self.shared.engine.level();
-        let clock = self.shared.engine.clock();
-        let check = DeadlineCheck {
-            arrival: clock.nanos_at(arrival),
-            now: clock.nanos_at(Instant::now()),
-            deadline: clock.nanos_at(deadline),
-            task_timeout: self.task_timeout.as_nanos() as u64,
-            typical_app: self.shared.app_time.typical().as_nanos() as u64,
-            expected_wait: expected_wait(ahead, rate),
-            overloaded: self.shared.engine.level_refuses(),
-            marginal: p.business >= level.priority().business,
-            overload_max_wait: self.overload_max_wait.as_nanos() as u64,
-            ..DeadlineCheck::default()
-        };
-        !deadline_gate(Stage::Door, &check).is_forward()
-    }
-
-    /// Resolves when a waiter has waited out `overload_max_wait` under overload
-    /// ([`Verdict::WaitedOut`], asked while it waits rather than when it reaches the head,
-    /// so the admitted tail stays near the max wait). The less important waiters behind it
-    /// are evicted first. Until it resolves it asks again every eighth of the max wait
-    /// while the level refuses, every max wait otherwise.
-    async fn waited_out(&self, arrival: Instant, priority: Priority) {
-        if self.overload_max_wait.is_zero() || self.shadow() {
-            return std::future::pending().await;
-        }
-        let recheck = (self.overload_max_wait / 8).max(Duration::from_millis(1));
-        let mut at = arrival + self.overload_max_wait;
-        loop {
-            tokio::time::sleep_until(at.into()).await;
-            let engine = &self.shared.engine;
-            let clock = engine.clock();
-            let now = Instant::now();
-            let level = engine.level();
-            let overloaded = engine.level_refuses();
-            if overloaded {
-                // Whatever of the cut class waits behind a waiter that has waited out the
-                // max wait would wait longer still: it goes first (a more important waiter
-                // is never dropped while a less important one waits), then this one if its
-                // class is the one the level cuts in. Classes the level admits whole are
-                // never evicted for a wait, whoever waited.
-                self.shared.limit.evict_less_important_than(evict_below(priority, level));
-            }
-            let check = DeadlineCheck {
-                arrival: clock.nanos_at(arrival),
-                now: clock.nanos_at(now),
-                // The budget is the give-up timer's business; only the max wait is asked.
-                deadline: u64::MAX,
-                task_timeout: u64::MAX,
-                overloaded,
-                marginal: priority.business >= level.priority().business,
-                overload_max_wait: self.overload_max_wait.as_nanos() as u64,
-                less_important_waiting: overloaded
-                    && self.shared.limit.less_important_waiting(priority),
-                // The rest of its wait: the waiters served before it (those at or above
-                // its priority, less itself) over the completion rate.
-                expected_wait: if overloaded {
-                    let ahead = self.shared.limit.waiting_ahead_of(priority).saturating_sub(1);
-                    expected_wait(ahead, self.completion_rate())
-                } else {
-                    0
-                },
-                queued: true,
-                ..DeadlineCheck::default()
-            };
-            if deadline_gate(Stage::Waiting, &check) == Verdict::WaitedOut {
-                return;
-            }
-            // Often while the level refuses (the tail bound depends on it), seldom while it
-            // does not (a stalled app with an open level keeps up to `max_queued` waiters for
-            // their budgets: their timers must not cost more than a few wake-ups each).
-            at = now + if overloaded { recheck } else { self.overload_max_wait };
-        }
-    }
-
-    /// The app's completion rate when busy: the most generous of the law's estimate, the
-    /// best rate seen lately, and a full in-flight limit over the app's typical time
-    /// (Little's law). Generous on purpose: an underestimate would refuse requests that
-    /// would have been served; the wait gate still catches the rest. `None` when unknown.
-    fn completion_rate(&self) -> Option<f64> {
-        let typical = self.shared.app_time.typical().as_secs_f64();
-        let by_limit = if typical > 0.0 { self.shared.limit.limit() as f64 / typical } else { 0.0 };
-        let rate = self
-            .shared
-            .engine
-            .capacity_estimate()
-            .unwrap_or(0.0)
-            .max(self.shared.control.status().completions_per_sec)
-            .max(by_limit);
-        (rate > 0.0).then_some(rate)
-    }
-
-    /// When a waiting request stops being worth serving (see [`give_up_at`]).
-    fn give_up_at(&self, arrival: Instant, deadline: Instant) -> Instant {
-        let budget = deadline.saturating_duration_since(arrival).as_nanos() as u64;
-        let typical = self.shared.app_time.typical().as_nanos() as u64;
-        let at = give_up_at(0, budget, self.task_timeout.as_nanos() as u64, typical);
-        arrival + Duration::from_nanos(at)
     }
 
     fn refuse(&self, grpc: bool, reason: ShedReason, priority: Priority) -> Early {

@@ -1,26 +1,27 @@
 //! A deterministic discrete-event simulation of one sidecar in front of one app, driven
-//! through the real [`AdmissionEngine`], [`AdaptiveLimit`] and [`deadline_gate`] on a
-//! [`ManualClock`]. Shared by the `simulate` example and the tests in
-//! `tests/simulation.rs`; no I/O here.
+//! through the real [`AdmissionEngine`], [`AdaptiveLimit`] and queue policy
+//! ([`admission_core::queue_policy`], the proxy's own) on a [`ManualClock`]. Shared by the
+//! `simulate` example and the tests in `tests/simulation.rs`; no I/O here.
 //!
 //! Model: Poisson arrivals (a mix of business classes, user ids hashed by the real
-//! [`UserPriorityHasher`]) -> `admit` -> the door (expected wait against the budget) ->
-//! the sidecar's priority-ordered pending queue (a waiter gives up when its budget no
-//! longer covers the app's typical time) -> the in-flight limit (fixed, or adaptive)
-//! -> the app: its own unbounded FIFO queue in front of `W` workers of service time `S`
-//! (which may change mid-run, or stall). The residence gate runs at dequeue. A 50 ms
-//! timer reports the queue to the engine, ticks it and ticks the adaptive limit.
+//! [`UserPriorityHasher`]) -> `admit` -> the door (expected wait against the budget and,
+//! while the level binds, the max wait) -> the sidecar's priority-ordered pending queue
+//! ([`queue`]; each waiter's timer gives up once its budget no longer covers the app's
+//! typical time, and past the max wait evicts the cut class behind it and goes) -> the
+//! in-flight limit (fixed, or adaptive) -> the app: its own unbounded FIFO queue in front
+//! of `W` workers of service time `S` (which may change mid-run, or stall). The dequeue
+//! check runs as a waiter leaves. A 50 ms timer reports the queue to the engine, ticks it
+//! and ticks the adaptive limit.
 //!
 //! Every request has a client timeout (its deadline, 500 ms). An outcome that reaches
 //! the client after it counts as a timeout, whatever it was.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use admission_core::adaptive_limit::{AdaptiveLimit, AdaptiveLimitConfig};
-use admission_core::gate::{deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage};
-use admission_core::priority::COMPOUND_LEVELS;
+use admission_core::queue_policy::{Conditions, Door, QueuePolicy, Rates, Step};
 use admission_core::{
     AdmissionEngine, AdmissionLevel, Decision, EngineConfig, ManualClock, Priority,
     UserPriorityHasher,
@@ -29,6 +30,11 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::{Distribution, Exp};
 use serde::Serialize;
+
+#[path = "queue.rs"]
+mod queue;
+
+use queue::{Pending, Request, SimQueue};
 
 const SEC: u64 = 1_000_000_000;
 const MS: u64 = 1_000_000;
@@ -59,12 +65,14 @@ pub struct SimConfig {
     pub tick: Duration,
     pub engine: EngineConfig,
     pub inflight: Inflight,
-    /// Refuse at the door when the expected wait exceeds the budget.
+    /// Refuse at the door when the expected wait exceeds the budget (or the max wait).
     pub door: bool,
-    /// Refuse a waiter once its budget no longer covers the app's time (else: at dequeue).
+    /// Run each waiter's timer: refuse it once its budget no longer covers the app's time,
+    /// and apply the max wait (else: the dequeue check only).
     pub give_up: bool,
-    /// Under overload, drop a waiter older than this at dequeue if nothing less important
-    /// waits (zero = off).
+    /// While the level binds, a waiter of the cut class (or a less important one) that
+    /// waited longer than this evicts the less important behind it and is dropped, unless
+    /// it is about to be served (zero = off).
     pub overload_max_wait: Duration,
     /// `(from second, to second, factor)`: the service time is multiplied meanwhile.
     pub slowdown: Option<(u32, u32, f64)>,
@@ -237,14 +245,6 @@ pub struct Summary {
     pub trace: Vec<TracePoint>,
 }
 
-#[derive(Debug, Clone, Copy)]
-struct Request {
-    arrival: u64,
-    deadline: u64,
-    class: u8,
-    compound: u16,
-}
-
 /// How one request ended.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum End {
@@ -252,70 +252,6 @@ enum End {
     Served(u64),
     /// Refused (any reason) at this time.
     Refused(u64),
-}
-
-/// Counts per compound level, for "how many more-important-or-equal requests wait".
-struct Fenwick(Vec<u32>);
-
-impl Fenwick {
-    fn new() -> Self {
-        Fenwick(vec![0; COMPOUND_LEVELS + 1])
-    }
-    fn add(&mut self, c: u16, d: i32) {
-        let mut i = c as usize + 1;
-        while i < self.0.len() {
-            self.0[i] = (self.0[i] as i64 + d as i64) as u32;
-            i += i & i.wrapping_neg();
-        }
-    }
-    /// Count at levels `0..=c`.
-    fn prefix(&self, c: u16) -> usize {
-        let (mut i, mut s) = (c as usize + 1, 0usize);
-        while i > 0 {
-            s += self.0[i] as usize;
-            i -= i & i.wrapping_neg();
-        }
-        s
-    }
-}
-
-/// The sidecar's pending queue: most important first, FIFO within a level.
-struct Pending {
-    by_priority: BTreeMap<(u16, u64), Request>,
-    by_age: BTreeSet<(u64, u64)>,
-    counts: Fenwick,
-}
-
-impl Pending {
-    fn push(&mut self, id: u64, r: Request) {
-        self.by_priority.insert((r.compound, id), r);
-        self.by_age.insert((r.arrival, id));
-        self.counts.add(r.compound, 1);
-    }
-    fn remove(&mut self, key: (u16, u64)) -> Option<Request> {
-        let r = self.by_priority.remove(&key)?;
-        self.by_age.remove(&(r.arrival, key.1));
-        self.counts.add(r.compound, -1);
-        Some(r)
-    }
-    fn pop_most_important(&mut self) -> Option<(u64, Request)> {
-        let (&key, _) = self.by_priority.iter().next()?;
-        self.remove(key).map(|r| (key.1, r))
-    }
-    /// Removes the least important waiter if it is less important than `c`.
-    fn pop_less_important_than(&mut self, c: u16) -> Option<(u64, Request)> {
-        let (&key, _) = self.by_priority.iter().next_back().filter(|(&(k, _), _)| k > c)?;
-        self.remove(key).map(|r| (key.1, r))
-    }
-    fn less_important_than(&self, c: u16) -> bool {
-        self.by_priority.keys().next_back().is_some_and(|&(k, _)| k > c)
-    }
-    fn oldest(&self) -> Option<u64> {
-        self.by_age.iter().next().map(|&(a, _)| a)
-    }
-    fn len(&self) -> usize {
-        self.by_priority.len()
-    }
 }
 
 // === run ===
@@ -336,6 +272,20 @@ fn refuse_waiter(
     w.queuing_count += 1;
     w.gate_dropped += 1;
     ends[id as usize] = Some(End::Refused(now));
+}
+
+/// What the sidecar knows at `now`, for the queue policy.
+fn conditions(engine: &AdmissionEngine<ManualClock>, now: u64, typical_app: u64) -> Conditions {
+    Conditions { now, level: engine.level(), level_binds: engine.level_binds(), typical_app }
+}
+
+/// What the queue policy's completion rate is made of, read as the proxy reads it.
+fn rates(engine: &AdmissionEngine<ManualClock>, limit: &AdaptiveLimit) -> Rates {
+    Rates {
+        capacity_estimate: engine.capacity_estimate(),
+        best_recent: limit.max_rate(),
+        inflight_limit: limit.limit(),
+    }
 }
 
 pub fn run(cfg: &SimConfig) -> Summary {
@@ -364,7 +314,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
     let capacity = cfg.capacity_per_sec();
     let timeout_ns = cfg.task_timeout.as_nanos() as u64;
     let tick_ns = cfg.tick.as_nanos() as u64;
-    let max_wait_ns = cfg.overload_max_wait.as_nanos() as u64;
+    let policy = QueuePolicy::new(cfg.task_timeout, cfg.overload_max_wait, false);
     let end = cfg.seconds as u64 * SEC;
     let classes = cfg.classes();
 
@@ -380,8 +330,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
     let mut trace = Vec::new();
     let mut requests: Vec<Request> = Vec::new();
     let mut ends: Vec<Option<End>> = Vec::new();
-    let mut pending =
-        Pending { by_priority: BTreeMap::new(), by_age: BTreeSet::new(), counts: Fenwick::new() };
+    let mut pending = Pending::new();
     let mut give_ups: BinaryHeap<Reverse<(u64, u16, u64)>> = BinaryHeap::new();
     // The app: its own FIFO in front of its workers; (done at, id, dispatched at).
     let mut app_queue: VecDeque<(u64, u64)> = VecDeque::new();
@@ -457,25 +406,11 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 ends[id as usize] = Some(End::Refused(now));
                 continue;
             }
-            if cfg.door {
-                let ahead = pending.counts.prefix(r.compound);
-                let rate = engine
-                    .status()
-                    .capacity_per_sec
-                    .or(Some(limit.max_rate()).filter(|&r| r > 0.0));
-                let check = DeadlineCheck {
-                    arrival: now,
-                    now,
-                    deadline: r.deadline,
-                    task_timeout: timeout_ns,
-                    typical_app,
-                    expected_wait: expected_wait(ahead, rate),
-                    overloaded: engine.level_refuses(),
-                    marginal: class >= engine.level().priority().business,
-                    overload_max_wait: max_wait_ns,
-                    ..DeadlineCheck::default()
-                };
-                if !deadline_gate(Stage::Door, &check).is_forward() {
+            // The door, for a request that finds no free slot (as the proxy's `try_slot`).
+            if cfg.door && (inflight >= limit.limit() || pending.len() > 0) {
+                let waiting = SimQueue::new(&mut pending, rates(&engine, &limit));
+                let at = conditions(&engine, now, typical_app);
+                if let Door::Refuse(_) = queue::door_turn(&policy, &r, &at, &waiting) {
                     ends[id as usize] = Some(End::Refused(now));
                     continue;
                 }
@@ -483,72 +418,43 @@ pub fn run(cfg: &SimConfig) -> Summary {
             windows[second].admitted += 1;
             pending.push(id, r);
             if cfg.give_up {
-                let mut at = give_up_at(now, r.deadline, timeout_ns, typical_app);
-                if max_wait_ns > 0 {
-                    at = at.min(now + max_wait_ns + 1);
+                let at = conditions(&engine, now, typical_app);
+                if let Some(at) = policy.first_check(&r.waiter(), &at) {
+                    give_ups.push(Reverse((at, r.compound, id)));
                 }
-                // (A budget the app's time no longer covers gives up now: the proxy's timer
-                // for a past instant fires at once.)
-                give_ups.push(Reverse((at.max(now), r.compound, id)));
             }
         } else if now == next_give_up {
             let Reverse((_, compound, id)) = give_ups.pop().expect("exists");
             let Some(r) = pending.by_priority.get(&(compound, id)).copied() else { continue };
-            let overloaded = engine.level_refuses();
-            let marginal = r.class >= engine.level().priority().business;
-            if overloaded && max_wait_ns > 0 && now - r.arrival > max_wait_ns {
-                // As the sidecar does: whatever waits behind a waiter past the max wait is
-                // evicted first, then the waiter itself is asked about.
-                // Only the cut class and beyond: classes the level admits whole are never
-                // evicted for a wait.
-                let cut_class = Priority { business: engine.level().priority().business, user: 0 };
-                let bound = compound.max(cut_class.compound().saturating_sub(1));
-                while let Some((evicted, e)) = pending.pop_less_important_than(bound) {
-                    refuse_waiter(
-                        &engine,
-                        &mut windows[second],
-                        &mut ends,
-                        evicted,
-                        now - e.arrival,
-                        now,
-                    );
+            let mut waiting = SimQueue::new(&mut pending, rates(&engine, &limit));
+            let at = conditions(&engine, now, typical_app);
+            let step = queue::timer_turn(&policy, &r, &at, &mut waiting);
+            for (evicted, e) in waiting.evicted {
+                refuse_waiter(
+                    &engine,
+                    &mut windows[second],
+                    &mut ends,
+                    evicted,
+                    now - e.arrival,
+                    now,
+                );
+            }
+            match step {
+                Step::CheckAt(again) => give_ups.push(Reverse((again, compound, id))),
+                Step::Refuse(_) => {
+                    if let Some(r) = pending.remove((compound, id)) {
+                        // Refused while waiting, before the client's timeout.
+                        let waited = now - r.arrival;
+                        refuse_waiter(&engine, &mut windows[second], &mut ends, id, waited, now);
+                    }
                 }
-            }
-            let rate =
-                engine.status().capacity_per_sec.or(Some(limit.max_rate()).filter(|&r| r > 0.0));
-            let ahead = pending.counts.prefix(r.compound).saturating_sub(1);
-            let check = DeadlineCheck {
-                arrival: r.arrival,
-                now,
-                deadline: r.deadline,
-                task_timeout: timeout_ns,
-                typical_app,
-                expected_wait: if overloaded { expected_wait(ahead, rate) } else { 0 },
-                overloaded,
-                marginal,
-                overload_max_wait: max_wait_ns,
-                less_important_waiting: pending.less_important_than(r.compound),
-                queued: true,
-            };
-            if deadline_gate(Stage::Waiting, &check).is_forward() {
-                // Asked early for the max wait: ask again at the give-up time, or soon if
-                // only the max wait can drop it.
-                let final_at = give_up_at(r.arrival, r.deadline, timeout_ns, typical_app);
-                let again =
-                    if max_wait_ns > 0 { (now + max_wait_ns / 8).min(final_at) } else { final_at };
-                give_ups.push(Reverse((again.max(now + 1), compound, id)));
-                continue;
-            }
-            if let Some(r) = pending.remove((compound, id)) {
-                // Budget gone while waiting: refused now, before the client's timeout.
-                refuse_waiter(&engine, &mut windows[second], &mut ends, id, now - r.arrival, now);
             }
         } else {
             next_tick += tick_ns;
             let oldest = pending.oldest().map_or(0, |a| now - a);
             engine.observe_queue(pending.len(), Duration::from_nanos(oldest));
             engine.tick();
-            limit.set_refusing(engine.level_refuses());
+            limit.set_refusing(engine.level_binds());
             limit.observe_held(now, inflight);
             limit.tick(now);
         }
@@ -560,19 +466,8 @@ pub fn run(cfg: &SimConfig) -> Summary {
             let w = &mut windows[second];
             w.queuing_sum_ns += waited;
             w.queuing_count += 1;
-            let check = DeadlineCheck {
-                arrival: r.arrival,
-                now,
-                deadline: r.deadline,
-                task_timeout: timeout_ns,
-                typical_app,
-                overloaded: engine.level_refuses(),
-                overload_max_wait: max_wait_ns,
-                less_important_waiting: pending.less_important_than(r.compound),
-                queued: waited > 0,
-                ..DeadlineCheck::default()
-            };
-            if !deadline_gate(Stage::Dequeue, &check).is_forward() {
+            let at = conditions(&engine, now, typical_app);
+            if !policy.at_dequeue(&r.waiter(), &at, waited > 0).is_forward() {
                 engine.record_gate_drop();
                 w.gate_dropped += 1;
                 ends[id as usize] = Some(End::Refused(now));

@@ -1,3 +1,4 @@
+use super::capacity::is_censored;
 use super::*;
 use crate::priority::Priority;
 use std::time::Duration;
@@ -515,4 +516,22 @@ fn the_capacity_law_never_cuts_into_a_top_class_that_fits() {
     let mut c = capacity_measured_at(1_000);
     let next = c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, &h);
     assert!(!next.admits(Priority { business: 0, user: 127 }), "{next}");
+}
+
+#[test]
+fn the_level_binds_beyond_one_in_fifty_and_a_censored_window_is_one_it_does_not_bind() {
+    // 98 arrivals the level admits, a few beyond it.
+    let mut h = vec![0; COMPOUND_LEVELS];
+    h[0] = 98;
+    h[200] = 2;
+    let cut = AdmissionLevel::from_compound(199).unwrap();
+    assert!(!level_binds(&h, cut), "2 in 100 is 1 in 50: does not bind");
+    assert!(is_censored(&h, cut));
+    h[200] = 3;
+    assert!(level_binds(&h, cut), "3 in 101 binds");
+    assert!(!is_censored(&h, cut), "3 beyond a binding level: demand, not stragglers");
+    h[200] = 30;
+    assert!(level_binds(&h, cut) && !is_censored(&h, cut));
+    assert!(!level_binds(&h, AdmissionLevel::FULLY_OPEN), "fully open refuses nothing");
+    assert!(!is_censored(&h, AdmissionLevel::FULLY_OPEN));
 }

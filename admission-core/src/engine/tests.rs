@@ -153,15 +153,15 @@ fn status_reports_the_goodput_capacity_estimate() {
 }
 
 #[test]
-fn the_level_refuses_only_while_arrivals_lie_beyond_it() {
+fn the_level_binds_only_while_arrivals_lie_beyond_it() {
     let e = engine(Law::Dagor, Mode::Enforce);
-    assert!(!e.level_refuses(), "fully open refuses nothing");
+    assert!(!e.level_binds(), "fully open refuses nothing");
     // 3x overload over all 128 user levels: the level cuts and refuses much of it.
     for _ in 0..10 {
         run_window(&e, 1280, 427, 100);
     }
     assert_ne!(e.level(), AdmissionLevel::FULLY_OPEN);
-    assert!(e.level_refuses());
+    assert!(e.level_binds());
     // Behind callers that refuse beyond the level for it, only what it admits arrives: the
     // level is still cut, yet it refuses nothing here.
     let cut = e.level().priority().user;
@@ -176,7 +176,7 @@ fn the_level_refuses_only_while_arrivals_lie_beyond_it() {
         e.tick();
     }
     assert_ne!(e.level(), AdmissionLevel::FULLY_OPEN, "dagor holds between the thresholds");
-    assert!(!e.level_refuses(), "level {} refuses nothing that arrives", e.level());
+    assert!(!e.level_binds(), "level {} refuses nothing that arrives", e.level());
 }
 
 #[test]
@@ -198,7 +198,7 @@ fn a_cut_behind_propagating_callers_honours_the_old_level_briefly() {
         e.tick();
     };
     censored(&e, 15);
-    assert!(!e.level_refuses());
+    assert!(!e.level_binds());
     let before = e.level();
     // Overloaded again: the level cuts...
     censored(&e, 100);

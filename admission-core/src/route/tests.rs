@@ -349,14 +349,14 @@ fn a_stale_refusing_level_lets_one_probe_through_per_interval() {
     let every = Duration::from_millis(250);
     let stale = std::cell::Cell::new(false);
     let news = |_: &str, _: &str| Some((level("1.0"), stale.get()));
-    assert_eq!(d.door("/x", p(0, 0), every, news), Door::Pass);
-    assert_eq!(d.door("/x", p(2, 0), every, news), Door::Refuse, "fresh news: refused");
+    assert_eq!(d.door("/x", p(0, 0), every, news), RouteDoor::Pass);
+    assert_eq!(d.door("/x", p(2, 0), every, news), RouteDoor::Refuse, "fresh news: refused");
     stale.set(true);
-    assert_eq!(d.door("/x", p(2, 0), every, news), Door::Probe, "stale: one probe");
-    assert_eq!(d.door("/x", p(2, 0), every, news), Door::Refuse, "and only one");
+    assert_eq!(d.door("/x", p(2, 0), every, news), RouteDoor::Probe, "stale: one probe");
+    assert_eq!(d.door("/x", p(2, 0), every, news), RouteDoor::Refuse, "and only one");
     clock.advance(every);
-    assert_eq!(d.door("/x", p(2, 0), every, news), Door::Probe, "one per interval");
-    assert_eq!(d.door("/y", p(2, 0), every, news), Door::Pass, "another route calls nothing");
+    assert_eq!(d.door("/x", p(2, 0), every, news), RouteDoor::Probe, "one per interval");
+    assert_eq!(d.door("/y", p(2, 0), every, news), RouteDoor::Pass, "another route calls nothing");
 }
 
 #[test]

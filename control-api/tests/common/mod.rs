@@ -87,7 +87,7 @@ pub async fn start() -> Server {
 }
 
 pub async fn start_with(cfg: AdminConfig, dir: tempfile::TempDir) -> Server {
-    let initial = control_api::load_initial_table(&cfg, None, b"secret").unwrap();
+    let initial = control_api::load_initial_table(&cfg, b"secret").unwrap();
     let store = TableStore::new(initial);
     let audit = Arc::new(AuditCounters::new());
     let view = FakeView::new();

@@ -1,14 +1,18 @@
 //! The queue layer's wait: a slot in priority order, a bounded share per connection, and the
 //! accounting of every way a wait can end (granted, refused, evicted, or the caller leaving,
-//! which drops the future).
+//! which drops the future); and the glue that lends the queue and the sidecar's state to the
+//! queue policy ([`admission_core::queue_policy`]).
 
 use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::time::{Duration, Instant};
 
+use admission_core::queue_policy::{
+    Conditions, Door, QueuePolicy, Rates, Step, Verdict, Waiter, Waiters,
+};
 use admission_core::Priority;
 
 use super::{ConnState, Inbound};
-use crate::inflight::{NoSlot, Slot};
+use crate::inflight::{InflightLimit, NoSlot, Slot};
 
 /// A request's place in the queue; whatever ends the wait is accounted for on drop.
 struct Waiting<'a> {
@@ -96,3 +100,115 @@ impl Drop for Waiting<'_> {
         }
     }
 }
+
+// === the queue policy's glue ===
+
+/// The queue policy's view of this sidecar's pending queue: the in-flight limit's waiters,
+/// and what the completion rate is made of (read only when a wait must be predicted).
+pub(super) struct SidecarQueue<'a, R> {
+    pub(super) limit: &'a InflightLimit,
+    pub(super) rates: R,
+}
+
+impl<R: Fn() -> Rates> Waiters for SidecarQueue<'_, R> {
+    fn waiting_ahead_of(&self, p: Priority) -> usize {
+        self.limit.waiting_ahead_of(p)
+    }
+
+    fn less_important_waiting(&self, p: Priority) -> bool {
+        self.limit.less_important_waiting(p)
+    }
+
+    fn evict_less_important_than(&mut self, bound: Priority) {
+        self.limit.evict_less_important_than(bound);
+    }
+
+    fn rates(&self) -> Rates {
+        (self.rates)()
+    }
+}
+
+impl Inbound {
+    /// The request as the queue policy sees it, on the engine's clock.
+    pub(super) fn waiter(&self, priority: Priority, arrival: Instant, deadline: Instant) -> Waiter {
+        let clock = self.shared.engine.clock();
+        Waiter { priority, arrival: clock.nanos_at(arrival), deadline: clock.nanos_at(deadline) }
+    }
+
+    /// What the sidecar knows at `now`.
+    pub(super) fn conditions(&self, now: Instant) -> Conditions {
+        let engine = &self.shared.engine;
+        Conditions {
+            now: engine.clock().nanos_at(now),
+            level: engine.level(),
+            level_binds: engine.level_binds(),
+            typical_app: nanos(self.shared.app_time.typical()),
+        }
+    }
+
+    fn sidecar_queue(&self) -> SidecarQueue<'_, impl Fn() -> Rates + '_> {
+        let shared = &self.shared;
+        SidecarQueue {
+            limit: &shared.limit,
+            rates: move || Rates {
+                capacity_estimate: shared.engine.capacity_estimate(),
+                best_recent: shared.control.status().completions_per_sec,
+                inflight_limit: shared.limit.limit(),
+            },
+        }
+    }
+
+    /// The door, for a request that found no free slot.
+    pub(super) fn door(&self, waiter: &Waiter) -> Door {
+        let queue = self.sidecar_queue();
+        door_turn(&self.queue_policy, waiter, &self.conditions(Instant::now()), &queue)
+    }
+
+    /// The waiter's timer: resolves with the verdict that ends its wait (its budget gone, or
+    /// the max wait waited out while the level binds, after it evicted the less important
+    /// behind it); never in shadow mode.
+    pub(super) async fn refused_while_waiting(&self, waiter: &Waiter) -> Verdict {
+        let policy = &self.queue_policy;
+        let clock = *self.shared.engine.clock();
+        let Some(mut at) = policy.first_check(waiter, &self.conditions(Instant::now())) else {
+            return std::future::pending().await;
+        };
+        loop {
+            tokio::time::sleep_until(clock.instant_at(at).into()).await;
+            let now = self.conditions(Instant::now());
+            match timer_turn(policy, waiter, &now, &mut self.sidecar_queue()) {
+                Step::Refuse(verdict) => return verdict,
+                Step::CheckAt(next) => at = next,
+            }
+        }
+    }
+}
+
+/// The glue's decision at the door, callable without a runtime (see the tests, which hold
+/// it against the simulator's).
+pub(super) fn door_turn<R: Fn() -> Rates>(
+    policy: &QueuePolicy,
+    waiter: &Waiter,
+    at: &Conditions,
+    queue: &SidecarQueue<'_, R>,
+) -> Door {
+    policy.door(waiter, at, queue)
+}
+
+/// One turn of a waiter's timer, callable without a runtime: evictions happen in the
+/// in-flight limit's queue (the evicted waiters' futures end in `NoSlot::Evicted`).
+pub(super) fn timer_turn<R: Fn() -> Rates>(
+    policy: &QueuePolicy,
+    waiter: &Waiter,
+    at: &Conditions,
+    queue: &mut SidecarQueue<'_, R>,
+) -> Step {
+    policy.on_timer(waiter, at, queue)
+}
+
+fn nanos(d: Duration) -> u64 {
+    d.as_nanos().min(u128::from(u64::MAX)) as u64
+}
+
+#[cfg(test)]
+mod tests;

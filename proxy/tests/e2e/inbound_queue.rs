@@ -1,5 +1,5 @@
 //! The pending queue in front of the app: bounded, FIFO, left by callers who hang up, and
-//! guarded at dequeue by the residence-time gate. Also the entry role's header stamping.
+//! guarded at dequeue by the queue policy's deadline check. Also the entry role's header stamping.
 
 use crate::support;
 

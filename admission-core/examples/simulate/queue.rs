@@ -1,0 +1,144 @@
+//! The simulator's model of the sidecar's pending queue: most important first, FIFO within
+//! one compound level. No I/O and nothing but admission-core, so the proxy's tests can
+//! include it to hold its decisions against the proxy's own queue.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use admission_core::priority::COMPOUND_LEVELS;
+use admission_core::queue_policy::{Conditions, Door, QueuePolicy, Rates, Step, Waiter, Waiters};
+use admission_core::Priority;
+
+#[derive(Debug, Clone, Copy)]
+pub struct Request {
+    pub arrival: u64,
+    pub deadline: u64,
+    pub class: u8,
+    pub compound: u16,
+}
+
+/// Counts per compound level, for "how many more-important-or-equal requests wait".
+pub struct Fenwick(pub Vec<u32>);
+
+impl Fenwick {
+    pub fn new() -> Self {
+        Fenwick(vec![0; COMPOUND_LEVELS + 1])
+    }
+    pub fn add(&mut self, c: u16, d: i32) {
+        let mut i = c as usize + 1;
+        while i < self.0.len() {
+            self.0[i] = (self.0[i] as i64 + d as i64) as u32;
+            i += i & i.wrapping_neg();
+        }
+    }
+    /// Count at levels `0..=c`.
+    pub fn prefix(&self, c: u16) -> usize {
+        let (mut i, mut s) = (c as usize + 1, 0usize);
+        while i > 0 {
+            s += self.0[i] as usize;
+            i -= i & i.wrapping_neg();
+        }
+        s
+    }
+}
+
+/// The sidecar's pending queue: most important first, FIFO within a level.
+pub struct Pending {
+    pub by_priority: BTreeMap<(u16, u64), Request>,
+    pub by_age: BTreeSet<(u64, u64)>,
+    pub counts: Fenwick,
+}
+
+impl Pending {
+    pub fn push(&mut self, id: u64, r: Request) {
+        self.by_priority.insert((r.compound, id), r);
+        self.by_age.insert((r.arrival, id));
+        self.counts.add(r.compound, 1);
+    }
+    pub fn remove(&mut self, key: (u16, u64)) -> Option<Request> {
+        let r = self.by_priority.remove(&key)?;
+        self.by_age.remove(&(r.arrival, key.1));
+        self.counts.add(r.compound, -1);
+        Some(r)
+    }
+    pub fn pop_most_important(&mut self) -> Option<(u64, Request)> {
+        let (&key, _) = self.by_priority.iter().next()?;
+        self.remove(key).map(|r| (key.1, r))
+    }
+    /// Removes the least important waiter if it is less important than `c`.
+    pub fn pop_less_important_than(&mut self, c: u16) -> Option<(u64, Request)> {
+        let (&key, _) = self.by_priority.iter().next_back().filter(|(&(k, _), _)| k > c)?;
+        self.remove(key).map(|r| (key.1, r))
+    }
+    pub fn less_important_than(&self, c: u16) -> bool {
+        self.by_priority.keys().next_back().is_some_and(|&(k, _)| k > c)
+    }
+    pub fn oldest(&self) -> Option<u64> {
+        self.by_age.iter().next().map(|&(a, _)| a)
+    }
+    pub fn len(&self) -> usize {
+        self.by_priority.len()
+    }
+}
+
+impl Request {
+    /// The request as the queue policy sees it.
+    pub fn waiter(&self) -> Waiter {
+        let priority = Priority::from_compound(self.compound).unwrap_or(Priority::MOST_IMPORTANT);
+        Waiter { priority, arrival: self.arrival, deadline: self.deadline }
+    }
+}
+
+impl Pending {
+    pub fn new() -> Self {
+        Pending { by_priority: BTreeMap::new(), by_age: BTreeSet::new(), counts: Fenwick::new() }
+    }
+}
+
+/// The queue policy's view of the simulated queue. The waiters it evicts are collected
+/// here for the simulator to refuse (and count).
+pub struct SimQueue<'a> {
+    pub pending: &'a mut Pending,
+    pub rates: Rates,
+    pub evicted: Vec<(u64, Request)>,
+}
+
+impl<'a> SimQueue<'a> {
+    pub fn new(pending: &'a mut Pending, rates: Rates) -> Self {
+        SimQueue { pending, rates, evicted: Vec::new() }
+    }
+}
+
+impl Waiters for SimQueue<'_> {
+    fn waiting_ahead_of(&self, p: Priority) -> usize {
+        self.pending.counts.prefix(p.compound())
+    }
+
+    fn less_important_waiting(&self, p: Priority) -> bool {
+        self.pending.less_important_than(p.compound())
+    }
+
+    fn evict_less_important_than(&mut self, bound: Priority) {
+        while let Some(evicted) = self.pending.pop_less_important_than(bound.compound()) {
+            self.evicted.push(evicted);
+        }
+    }
+
+    fn rates(&self) -> Rates {
+        self.rates
+    }
+}
+
+/// The simulator's decision at the door (for a request that finds no free slot).
+pub fn door_turn(policy: &QueuePolicy, r: &Request, at: &Conditions, queue: &SimQueue<'_>) -> Door {
+    policy.door(&r.waiter(), at, queue)
+}
+
+/// One turn of a waiter's timer; the waiters it evicted are left in `queue.evicted`.
+pub fn timer_turn(
+    policy: &QueuePolicy,
+    r: &Request,
+    at: &Conditions,
+    queue: &mut SimQueue<'_>,
+) -> Step {
+    policy.on_timer(&r.waiter(), at, queue)
+}

@@ -1,0 +1,372 @@
+//! The capacity law, the default: admit what the app completes (measured while the queue
+//! was busy), less what drains an excess backlog; behind callers that run weir's egress
+//! (a censored histogram), open past what arrived by the spare room rather than fully.
+
+use super::histogram::{arrivals_beyond, level_binds, level_for_target, step_above};
+use super::law::ControlLaw;
+use super::window::{secs, WindowSummary, Zone};
+use crate::config::EngineConfig;
+use crate::priority::{AdmissionLevel, COMPOUND_LEVELS, USER_LEVELS};
+
+/// The capacity law's state: the app's completion rate and how it was measured.
+#[derive(Debug, Clone)]
+pub(super) struct CapacityLaw {
+    beta: f64,
+    exit_ns: u64,
+    /// The app's completion rate (per second) measured while saturated.
+    capacity_per_sec: Option<f64>,
+    /// Whether that figure was measured saturated, or is only a lower bound seen while
+    /// the app had spare room (which a first saturated window replaces outright).
+    capacity_measured: bool,
+    /// The nominal window, seconds: the law drains excess backlog over it.
+    window_secs: f64,
+}
+
+impl CapacityLaw {
+    pub(super) fn new(config: &EngineConfig) -> Self {
+        CapacityLaw {
+            beta: config.beta,
+            exit_ns: config.queuing_exit_threshold.as_nanos() as u64,
+            capacity_per_sec: None,
+            capacity_measured: false,
+            window_secs: config.window.as_secs_f64().max(1e-3),
+        }
+    }
+}
+
+impl ControlLaw for CapacityLaw {
+    fn next_level(
+        &mut self,
+        current: AdmissionLevel,
+        zone: Zone,
+        w: &WindowSummary,
+        histogram: &[u32],
+    ) -> AdmissionLevel {
+        let censored = is_censored(histogram, current);
+        // A short censored window (a handful of requests let through) is too thin to
+        // judge "room for twice what came" on.
+        let may_open_fully = secs(w) >= MIN_JUDGED_WINDOW * self.window_secs;
+        let Some(target) = self.capacity_target(zone, w, censored) else { return current };
+        let proposed = match level_for_target(histogram, target) {
+            // Everything that arrived fits while the level cuts, and the
+            // window is censored: the histogram says nothing about the demand
+            // beyond what arrived, which behind callers whose egress refuses
+            // above this sidecar's advertised level is most of it. Opening
+            // fully would let them all in at once: open past what arrived by
+            // what the spare room admits at the density seen there (fully
+            // when the room is large). Uncensored, fully open as ever.
+            AdmissionLevel::FULLY_OPEN if censored => {
+                open_beyond_arrivals(histogram, current, target, may_open_fully)
+            }
+            p => p,
+        };
+        let next = match zone {
+            // A cut opens only if the backlog is gone already (the long waits
+            // were the spike's, now drained); it needs no forced step: the
+            // target already is what the app completes, and one long wait in
+            // a quiet window (target above all arrivals) must not refuse anyone.
+            Zone::Cut if w.queue_depth > 0 => proposed.min(current),
+            Zone::Cut => proposed,
+            // Sit at what the app completes; a level already within a few
+            // percent of it stays, so histogram noise does not move it. A window
+            // whose queue was never busy says nothing about the app's rate (a
+            // full queue refusing, a quiet spell): it never lowers the level.
+            Zone::Hold if near(w.admitted as f64, target) => current,
+            Zone::Hold if w.busy_ns == 0 => proposed.max(current),
+            Zone::Hold => proposed,
+            // Censored, more admitted than the target: the queue is short
+            // because this sidecar's wait bound refuses the surplus, after it
+            // crossed the network. Sit at the target like a hold would.
+            Zone::Relax if proposed <= current && censored => proposed,
+            // Short queue: at least what the app completes, and one more
+            // bucket than now (a probe, in case the app got faster).
+            Zone::Relax if proposed <= current => {
+                match step_above(histogram, current) {
+                    // No bucket beyond the next: same as above, no evidence.
+                    AdmissionLevel::FULLY_OPEN if censored => {
+                        open_beyond_arrivals(histogram, current, target, may_open_fully)
+                    }
+                    step => step,
+                }
+            }
+            Zone::Relax => proposed,
+        };
+        // (Censored inside the top class, its arrivals are only what the
+        // callers let through: its size is unknown.)
+        if censored && current.priority().business == top_class(histogram) {
+            return next;
+        }
+        self.keep_top_class(next, histogram, w)
+    }
+
+    fn observe_idle(&mut self, zone: Zone, w: &WindowSummary) {
+        self.observe_completions(zone, w, false);
+    }
+
+    fn capacity_estimate(&self) -> Option<f64> {
+        self.capacity_per_sec
+    }
+}
+
+// === the top class ===
+
+/// The most important class present is admitted whole while it alone arrives at no more
+/// than this share of what the app completes: a cut that drains a backlog, or the noise of
+/// one window, must not reach into it.
+const TOP_CLASS_FITS: f64 = 0.9;
+
+impl CapacityLaw {
+    /// `next`, or the level that admits the whole of the most important business class
+    /// that arrived if that is higher and the class alone fits the app (see
+    /// [`TOP_CLASS_FITS`]). A dip into the top class refuses the requests that matter most,
+    /// and callers that cache this level refuse them too until they hear otherwise.
+    fn keep_top_class(
+        &self,
+        next: AdmissionLevel,
+        histogram: &[u32],
+        w: &WindowSummary,
+    ) -> AdmissionLevel {
+        let Some(capacity) = self.capacity_per_sec else { return next };
+        let Some(first) = histogram.iter().position(|&n| n > 0) else { return next };
+        let class = usize::from(top_class(histogram));
+        let end = (class + 1) * USER_LEVELS as usize;
+        let top: u64 = histogram[first..end].iter().map(|&n| u64::from(n)).sum();
+        let whole = AdmissionLevel::from_compound((end - 1) as u16).unwrap_or(next);
+        if (top as f64) <= TOP_CLASS_FITS * capacity * secs(w) {
+            next.max(whole)
+        } else {
+            next
+        }
+    }
+}
+
+/// The most important business class that arrived (255 when nothing did).
+fn top_class(histogram: &[u32]) -> u8 {
+    histogram
+        .iter()
+        .position(|&n| n > 0)
+        .map_or(u8::MAX, |c| (c / USER_LEVELS as usize).min(255) as u8)
+}
+
+/// The capacity law's margin under the app's measured completion rate; negative, so it
+/// aims 10% *over* it. The sidecar's queue is bounded in time (`overload_max_wait` drops the least important
+/// waiters past it, the door refuses whoever expects to wait past it), so a slight
+/// overfeed cannot drift into a long queue; it keeps the queue from running dry between
+/// Poisson bursts, which at exactly the app's rate idles it ~5% of the time (measured:
+/// goodput at 3x 93-95% with 0.0, 97-98% with -0.1; the surplus is refused within the max
+/// wait, never as a timeout).
+const CAPACITY_MARGIN: f64 = -0.1;
+/// The margin instead when the window is censored (see [`is_censored`]): callers' egress
+/// refuse above the level before sending, for free, while whatever this sidecar's wait
+/// bound refuses has crossed the network and cost the callers their work. So aim under
+/// the app's rate, where the queue stays short and nothing admitted is refused.
+const CENSORED_MARGIN: f64 = 0.1;
+/// Inside the hysteresis band, the capacity law keeps a level that admits within this
+/// fraction of its target.
+const HOLD_BAND: f64 = 0.05;
+/// A cut drains only the backlog beyond this many exit thresholds of the app's work (40 ms
+/// at the defaults): a queue that short is the hysteresis band's, which the max wait bounds.
+const BACKLOG_KEPT_EXITS: f64 = 4.0;
+/// A cut drains at most this share of the app's rate per window: refusing more would idle
+/// the app once the backlog is gone.
+const MAX_DRAIN_SHARE: f64 = 0.5;
+/// The app was saturated over a window whose queue was busy at least 1 / this of it: long
+/// enough that the rate over the busy time is the app's, not one burst's.
+const SATURATED_BUSY_SHARE: u64 = 4;
+/// When the level, not the app, set a window's rate (it refused, the queue never held
+/// any), the estimate probes this much higher: a faster app is followed within ~2 s.
+const LEVEL_BOUND_PROBE: f64 = 1.5;
+/// A whole quiet censored window probes this many times what completed (after the
+/// margin): the demand the callers refused is unseen here, so the probe is bold.
+const CENSORED_QUIET_PROBE: f64 = 2.1;
+/// A censored window is quiet only if its mean wait is under 1 / this of the exit
+/// threshold: a queue that formed at all is evidence against room.
+const QUIET_WAIT_SHARE: u64 = 10;
+/// A window shorter than this share of the nominal one (an early close) holds too few
+/// requests to judge room for twice what came on.
+const MIN_JUDGED_WINDOW: f64 = 0.5;
+/// A saturated rate within this share of the estimate averages with it (noise); beyond,
+/// it replaces it (a step change: the app got much slower or faster).
+const STEP_CHANGE: f64 = 0.25;
+/// A saturated rate far under the estimate lowers it to at most this share per window:
+/// one odd window must not crash it.
+const MAX_FALL_PER_WINDOW: f64 = 0.5;
+
+impl CapacityLaw {
+    /// The capacity law's target, in arrivals of this window: the app's completion rate
+    /// over the window's length, less (when cutting) the backlog above what the exit
+    /// threshold allows, drained over about one nominal window and never more than half
+    /// the rate. `None` before any completion was seen (nothing to aim at: hold).
+    fn capacity_target(&mut self, zone: Zone, w: &WindowSummary, censored: bool) -> Option<f64> {
+        // A little over the app's rate, or under it when censored (see the margins).
+        let margin = if censored { CENSORED_MARGIN } else { CAPACITY_MARGIN };
+        let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
+        let per_window = cap * secs(w);
+        Some(match zone {
+            Zone::Cut => {
+                let allowed = cap * BACKLOG_KEPT_EXITS * self.exit_ns as f64 / 1e9;
+                let excess = (w.queue_depth as f64 - allowed).max(0.0);
+                let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
+                (cap - drain_rate) * secs(w)
+            }
+            Zone::Hold => per_window,
+            // Censored, what was admitted says nothing about the demand (callers refused
+            // the rest): the rate alone (its probes are in `observe_completions`).
+            Zone::Relax if censored => per_window,
+            Zone::Relax => per_window.max((1.0 + self.beta) * w.admitted as f64),
+        })
+    }
+
+    /// Updates the capacity estimate from a window's completions. While the queue was
+    /// non-empty the app was busy: its completion rate then *is* the capacity (averaged
+    /// with the last one) if that was at least a quarter of the window
+    /// ([`SATURATED_BUSY_SHARE`]). Any other window only proves a lower bound. A window with
+    /// no completions says nothing (a stall must not zero the estimate, or the level would
+    /// take long to re-open after it). `censored`: next to nothing above the level arrived
+    /// (see [`is_censored`]).
+    fn observe_completions(
+        &mut self,
+        zone: Zone,
+        w: &WindowSummary,
+        censored: bool,
+    ) -> Option<f64> {
+        if w.completed == 0 {
+            return self.capacity_per_sec;
+        }
+        // Saturated: the queue was non-empty for a good part of the window, so the app
+        // was busy then; its rate over that time is its capacity.
+        let saturated = w.busy_ns * SATURATED_BUSY_SHARE >= w.duration_ns && w.busy_completed > 0;
+        let rate = if saturated {
+            w.busy_completed as f64 / (w.busy_ns as f64 / 1e9)
+        } else if w.busy_ns == 0 && w.queue_depth == 0 && w.admitted < w.arrivals {
+            // The level refused requests, yet the queue never held any: the app took all
+            // it was given, so the level (not the app) set this rate. Probe a half
+            // higher; a window that finds the queue busy measures the real figure.
+            LEVEL_BOUND_PROBE * w.completed as f64 / secs(w)
+        } else if w.busy_ns == 0
+            && w.queue_depth == 0
+            && w.mean_queuing_ns * QUIET_WAIT_SHARE < self.exit_ns
+            && censored
+            && zone == Zone::Relax
+            && secs(w) >= MIN_JUDGED_WINDOW * self.window_secs
+        {
+            // The same with the refusals made upstream (callers' egress refuses above the
+            // level this sidecar advertises), unseen here: a whole window (at least half
+            // the nominal one: a few requests in a short window prove nothing) in which
+            // the app never queued (and nobody waited a tenth of the exit threshold). The
+            // target becomes a little over twice what completed (after the margin), so
+            // the level opens past what arrived by about as much again (see
+            // `open_beyond_arrivals`; not fully, which takes room for three times what
+            // came): a downstream that recovered doubles what it admits each window
+            // rather than creeping up a few levels, and if it had not, the callers'
+            // requests arrive again and the next window cuts from what it sees.
+            CENSORED_QUIET_PROBE / (1.0 - CENSORED_MARGIN) * w.completed as f64 / secs(w)
+        } else {
+            w.completed as f64 / secs(w)
+        };
+        self.capacity_per_sec = Some(match self.capacity_per_sec {
+            // A step change (the app got much slower or faster) replaces the estimate;
+            // within a quarter of it, the two average out noise.
+            Some(old)
+                if saturated
+                    && self.capacity_measured
+                    && (rate - old).abs() <= STEP_CHANGE * old =>
+            {
+                0.5 * old + 0.5 * rate
+            }
+            // Far lower: at most halve per window (one odd window must not crash it).
+            Some(old) if saturated && self.capacity_measured && rate < old => {
+                rate.max(MAX_FALL_PER_WINDOW * old)
+            }
+            Some(old) if !saturated => old.max(rate),
+            _ => rate,
+        });
+        self.capacity_measured |= saturated;
+        self.capacity_per_sec
+    }
+}
+
+/// Within the capacity law's dead band of the target.
+fn near(admitted: f64, target: f64) -> bool {
+    (admitted - target).abs() <= HOLD_BAND * target
+}
+
+/// Next to nothing above `current` arrived in the window (`current` cuts but does not
+/// bind, see [`level_binds`], or at most [`CENSORED_STRAGGLERS`] arrived above it): the
+/// histogram is censored at the level. That is what a sidecar whose callers run weir's egress sees once they know its
+/// level: they refuse above it before sending, so it counts what it admits plus the few
+/// sent before the callers heard of a cut. A sidecar that sees all of its demand has far
+/// more above a cut, except right at 1x.
+pub(super) fn is_censored(histogram: &[u32], current: AdmissionLevel) -> bool {
+    if current == AdmissionLevel::FULLY_OPEN {
+        return false;
+    }
+    // A thin window (a short early re-open) judged by share alone would call two stragglers
+    // out of nine "demand": that opened the level fully and let the callers' backlog in.
+    !level_binds(histogram, current) || arrivals_beyond(histogram, current) <= CENSORED_STRAGGLERS
+}
+
+/// Arrivals above the level that a window may hold and still count as censored whatever
+/// its size: requests the callers sent before they heard of a cut.
+const CENSORED_STRAGGLERS: u64 = 2;
+
+/// [`open_beyond_arrivals`] opens fully when the spare room is this many times what came:
+/// with merely as much again, a quiet window's probe opened fully (a sawtooth).
+const CENSORED_FULL_OPEN_ROOM: f64 = 2.0;
+
+/// Fewer arrivals than this make a window too thin to extrapolate a density from.
+const THIN_WINDOW: u64 = 20;
+
+/// The level for a window whose arrivals all fit in `target` while `current` cuts: past
+/// the highest bucket that arrived (or `current`, if higher) by the spare room (`target`
+/// less what arrived) over the arrival density there, extrapolated beyond it. At least one
+/// fine step (a probe, so a level never sticks), and fully open when the spare room is
+/// twice everything that arrived and `may_open_fully` (a downstream with that much room
+/// re-opens in one window rather than creeping up).
+///
+/// Used for censored windows only (see `is_censored`): behind callers' egress (which
+/// refuse above the advertised level before sending) it is what keeps the level from
+/// opening fully whenever the refused demand, invisible here, fits no longer.
+///
+/// The density is arrivals per compound level over that bucket's business class up to it
+/// (users are spread evenly within a class); with fewer than `THIN_WINDOW` arrivals in
+/// all, never less than the arrivals per non-empty bucket (a step then opens at most
+/// `spare` levels).
+pub fn open_beyond_arrivals(
+    histogram: &[u32],
+    current: AdmissionLevel,
+    target: f64,
+    may_open_fully: bool,
+) -> AdmissionLevel {
+    let Some(highest) = histogram.iter().rposition(|&n| n > 0) else {
+        return AdmissionLevel::FULLY_OPEN;
+    };
+    let base = (current.compound() as usize).max(highest);
+    let arrived: u64 = histogram.iter().map(|&n| n as u64).sum();
+    let spare = target - arrived as f64;
+    // Fully open only with room for three times what came: the estimate behind a quiet
+    // censored window is a probe (a little over twice what completed), and room for
+    // merely twice what came opened fully on such a probe and let the callers' backlog in
+    // (a sawtooth).
+    if spare >= CENSORED_FULL_OPEN_ROOM * arrived as f64 && may_open_fully {
+        return AdmissionLevel::FULLY_OPEN;
+    }
+    let class_start = base - base % USER_LEVELS as usize;
+    let in_class: u64 = histogram[class_start..=base].iter().map(|&n| n as u64).sum();
+    let per_level = in_class as f64 / (base - class_start + 1) as f64;
+    let density = if arrived < THIN_WINDOW {
+        // A thin window (a few requests over many levels) would extrapolate a near-zero
+        // density and open by hundreds of levels: assume no fewer arrivals a level than
+        // a non-empty bucket holds on average, so it opens by at most `spare` levels.
+        let occupied = histogram.iter().filter(|&&n| n > 0).count();
+        per_level.max(arrived as f64 / occupied.max(1) as f64)
+    } else if in_class < THIN_WINDOW / 2 {
+        // The cut's class barely seen: the density over everything up to the base.
+        per_level.max(arrived as f64 / (base + 1) as f64)
+    } else {
+        per_level
+    };
+    let steps = if spare > 0.0 { (spare / density).ceil().max(1.0) } else { 1.0 };
+    let next = (base as f64 + steps).min((COMPOUND_LEVELS - 1) as f64) as u16;
+    AdmissionLevel::from_compound(next).unwrap_or(AdmissionLevel::FULLY_OPEN)
+}

@@ -1,0 +1,248 @@
+//! The pending queue's policy, shared by the proxy and the simulator: the door (queue or
+//! refuse a request that finds no free slot), the waiter's timer (give up, evict the less
+//! important behind it, or check again later), the check at dequeue, and the app's
+//! completion rate those use. Pure: the caller reads the sidecar into [`Conditions`] and
+//! lends its queue through [`Waiters`]; every rule itself is [`deadline_gate`]'s.
+//!
+//! One timer per waiter covers both ways a wait ends early: its budget no longer covers
+//! the app's typical time ([`give_up_at`]), and, while the level binds, the max wait
+//! (`overload_max_wait`) waited out. It first fires just past the max wait (or at the
+//! give-up instant, if sooner), then every eighth of the max wait while the level binds
+//! (the admitted tail depends on it) and every max wait while it does not (a stalled app
+//! behind an open level keeps its waiters for their budgets: their timers must not cost
+//! more than a few wake-ups each), never past the give-up instant.
+
+use std::time::Duration;
+
+use crate::clock::Nanos;
+pub use crate::gate::Verdict;
+use crate::gate::{deadline_gate, expected_wait, give_up_at, DeadlineCheck, Stage};
+use crate::priority::{AdmissionLevel, Priority};
+
+/// The shortest re-check interval: the proxy's timers have millisecond resolution, so a
+/// finer one would fire at the next millisecond anyway.
+const MIN_RECHECK: Nanos = 1_000_000;
+
+/// While the level binds, a waiter past the max wait is checked again every this fraction
+/// of it: the waiters it drops are the admitted tail, which overshoots the max wait by up to
+/// one interval.
+const RECHECK_DIVISOR: u64 = 8;
+
+/// The sidecar's settings the policy needs, built once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueuePolicy {
+    task_timeout: Nanos,
+    /// Zero: off.
+    overload_max_wait: Nanos,
+    /// Shadow mode refuses nothing: its waiters wait as long as it takes.
+    shadow: bool,
+}
+
+/// One request, as the queue sees it: fixed when it arrives. Times on the engine's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Waiter {
+    pub priority: Priority,
+    pub arrival: Nanos,
+    /// Absolute.
+    pub deadline: Nanos,
+}
+
+/// What the sidecar knows now, read fresh for each decision.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Conditions {
+    pub now: Nanos,
+    pub level: AdmissionLevel,
+    /// The engine's `level_binds`: the max-wait rules apply only then.
+    pub level_binds: bool,
+    /// How long the app typically takes (zero: unknown).
+    pub typical_app: Nanos,
+}
+
+/// The inputs of [`completion_rate`] besides the app's typical time.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Rates {
+    /// The control law's capacity estimate, per second.
+    pub capacity_estimate: Option<f64>,
+    /// The best completion rate the adaptive limit has seen lately, per second.
+    pub best_recent: f64,
+    /// The in-flight limit now.
+    pub inflight_limit: usize,
+}
+
+/// The pending queue as the policy sees it (the proxy's in-flight limit, the simulator's
+/// model of it). Priority order: lower compound first, FIFO within one.
+pub trait Waiters {
+    /// Requests waiting that are served before a newcomer at `p` (as or more important);
+    /// a waiter at `p` counts itself.
+    fn waiting_ahead_of(&self, p: Priority) -> usize;
+    /// Whether a request less important than `p` is waiting.
+    fn less_important_waiting(&self, p: Priority) -> bool;
+    /// Refuses every waiter less important than `bound`.
+    fn evict_less_important_than(&mut self, bound: Priority);
+    /// What the completion rate is made of (asked only when a wait must be predicted).
+    fn rates(&self) -> Rates;
+}
+
+/// The door's answer for a request that finds no free slot (one that does takes it at
+/// once: that is the in-flight limit's compare-exchange, not a decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    Queue,
+    /// Refused now, a fast 503, rather than after a wait that cannot end in time.
+    Refuse(Verdict),
+}
+
+/// The waiter's timer has fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Refused while waiting: [`Verdict::WaitedOut`] (the max wait, an overload refusal)
+    /// or its budget gone (the rest).
+    Refuse(Verdict),
+    /// Keep waiting; fire again at this instant.
+    CheckAt(Nanos),
+}
+
+// === impl QueuePolicy ===
+
+impl QueuePolicy {
+    pub fn new(task_timeout: Duration, overload_max_wait: Duration, shadow: bool) -> Self {
+        QueuePolicy {
+            task_timeout: nanos(task_timeout),
+            overload_max_wait: nanos(overload_max_wait),
+            shadow,
+        }
+    }
+
+    /// The door: would the wait (the waiters served before this request, over the app's
+    /// completion rate) plus the app's typical time overrun the budget, or, while the level
+    /// binds, the max wait? Shadow mode queues everyone.
+    pub fn door(&self, w: &Waiter, at: &Conditions, queue: &impl Waiters) -> Door {
+        if self.shadow {
+            return Door::Queue;
+        }
+        let ahead = queue.waiting_ahead_of(w.priority);
+        if ahead == 0 {
+            return Door::Queue;
+        }
+        let check = DeadlineCheck {
+            expected_wait: expected_wait(ahead, completion_rate(queue.rates(), at.typical_app)),
+            ..self.check(w, at, false)
+        };
+        match deadline_gate(Stage::Door, &check) {
+            Verdict::Forward => Door::Queue,
+            refused => Door::Refuse(refused),
+        }
+    }
+
+    /// When a waiter's timer first fires (just queued at `at.now`); `None`: never (shadow).
+    pub fn first_check(&self, w: &Waiter, at: &Conditions) -> Option<Nanos> {
+        (!self.shadow).then(|| self.next_check(w, at))
+    }
+
+    /// The waiter's timer: while the level binds and the waiter has waited past the max
+    /// wait, whatever of the cut class waits behind it would wait longer still, so it is
+    /// evicted first (a more important waiter is never dropped while a less important one
+    /// waits); then the gate decides about the waiter itself. Classes the level admits whole
+    /// are never evicted or dropped for a wait, whoever waited.
+    pub fn on_timer(&self, w: &Waiter, at: &Conditions, queue: &mut impl Waiters) -> Step {
+        let past_max_wait = self.past_max_wait(w, at.now);
+        if at.level_binds && past_max_wait {
+            queue.evict_less_important_than(evict_below(w.priority, at.level));
+        }
+        let mut check = self.check(w, at, true);
+        // Only what the max-wait rule reads is looked up (each is a walk of the queue).
+        if check.overloaded && check.marginal && past_max_wait {
+            // (Nothing less important is left after the eviction above, unless one joined
+            // since: the proxy's queue is shared with other tasks.)
+            check.less_important_waiting = queue.less_important_waiting(w.priority);
+            // The rest of its wait: the waiters served before it, less itself.
+            let ahead = queue.waiting_ahead_of(w.priority).saturating_sub(1);
+            check.expected_wait =
+                expected_wait(ahead, completion_rate(queue.rates(), at.typical_app));
+        }
+        match deadline_gate(Stage::Waiting, &check) {
+            Verdict::Forward => Step::CheckAt(self.next_check(w, at)),
+            refused => Step::Refuse(refused),
+        }
+    }
+
+    /// Leaving the queue for the app: nothing past its deadline or the task timeout, or
+    /// (if it `queued`) that cannot finish in time, is forwarded. The max wait is not asked:
+    /// its timer asked it while it waited, and one leaving the queue is being served now.
+    /// (The caller applies the verdict: shadow mode only counts it.)
+    pub fn at_dequeue(&self, w: &Waiter, at: &Conditions, queued: bool) -> Verdict {
+        let check = DeadlineCheck {
+            overloaded: false,
+            marginal: false,
+            overload_max_wait: 0,
+            ..self.check(w, at, queued)
+        };
+        deadline_gate(Stage::Dequeue, &check)
+    }
+
+    /// The gate's inputs for `w` now, with nothing about the queue looked up.
+    fn check(&self, w: &Waiter, at: &Conditions, queued: bool) -> DeadlineCheck {
+        DeadlineCheck {
+            arrival: w.arrival,
+            now: at.now,
+            deadline: w.deadline,
+            task_timeout: self.task_timeout,
+            typical_app: at.typical_app,
+            expected_wait: 0,
+            overloaded: at.level_binds,
+            marginal: w.priority.business >= at.level.priority().business,
+            overload_max_wait: self.overload_max_wait,
+            less_important_waiting: false,
+            queued,
+        }
+    }
+
+    /// Waited strictly longer than the max wait (which is on).
+    fn past_max_wait(&self, w: &Waiter, now: Nanos) -> bool {
+        self.overload_max_wait > 0 && now.saturating_sub(w.arrival) > self.overload_max_wait
+    }
+
+    /// The timer's next instant (see the module's comment), after `at.now`.
+    fn next_check(&self, w: &Waiter, at: &Conditions) -> Nanos {
+        let give_up = give_up_at(w.arrival, w.deadline, self.task_timeout, at.typical_app);
+        let max_wait = self.overload_max_wait;
+        let next = if max_wait == 0 {
+            give_up
+        } else if !self.past_max_wait(w, at.now) {
+            // A nanosecond past the max wait: the rule is "waited longer than".
+            w.arrival.saturating_add(max_wait).saturating_add(1)
+        } else if at.level_binds {
+            at.now.saturating_add((max_wait / RECHECK_DIVISOR).max(MIN_RECHECK))
+        } else {
+            at.now.saturating_add(max_wait)
+        };
+        next.min(give_up).max(at.now.saturating_add(1))
+    }
+}
+
+/// The bound a waiter past the max wait evicts below: less important than itself, and in
+/// the class the level cuts in or a less important one.
+pub fn evict_below(waiter: Priority, level: AdmissionLevel) -> Priority {
+    let cut_class = Priority { business: level.priority().business, user: 0 };
+    let above_cut_class = Priority::from_compound(cut_class.compound().saturating_sub(1))
+        .unwrap_or(Priority::MOST_IMPORTANT);
+    waiter.max(above_cut_class)
+}
+
+/// The app's completion rate when busy: the most generous of the law's estimate, the best
+/// rate seen lately, and a full in-flight limit over the app's typical time (Little's law).
+/// Generous on purpose: an underestimate would refuse requests that would have been
+/// served; the wait gate still catches the rest. `None` when unknown.
+pub fn completion_rate(r: Rates, typical_app: Nanos) -> Option<f64> {
+    let typical = typical_app as f64 / 1e9;
+    let by_limit = if typical > 0.0 { r.inflight_limit as f64 / typical } else { 0.0 };
+    let rate = r.capacity_estimate.unwrap_or(0.0).max(r.best_recent).max(by_limit);
+    (rate > 0.0).then_some(rate)
+}
+
+fn nanos(d: Duration) -> Nanos {
+    d.as_nanos().min(u128::from(u64::MAX)) as Nanos
+}
+
+#[cfg(test)]
+mod tests;
