@@ -163,6 +163,20 @@ impl<C: Clock> DownstreamLevels<C> {
         self.fresh(state)
     }
 
+    /// The fresh cached level of `authority` and whether its news is older than
+    /// `expiry / TOP_CLASS_EXPIRY_DIVISOR` (stale: a caller that refuses everything it would
+    /// send on it hears nothing new, so it may let a probe through to bring news).
+    pub fn level_news(&self, authority: &str) -> Option<(AdmissionLevel, bool)> {
+        let state = {
+            let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
+            slots.get(authority)?.state.load(Relaxed)
+        };
+        let level = self.fresh(state)?;
+        let remaining = (state >> LEVEL_BITS).saturating_sub(self.now_micros());
+        let fresh_for = self.expiry_micros - self.expiry_micros / TOP_CLASS_EXPIRY_DIVISOR;
+        Some((level, remaining < fresh_for))
+    }
+
     /// Calls `f` for every authority with a slot and its fresh level (`None`: expired or
     /// never known). At most `max_authorities` calls.
     pub fn for_each(&self, mut f: impl FnMut(&str, Option<AdmissionLevel>)) {

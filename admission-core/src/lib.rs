@@ -12,6 +12,7 @@
 //! - [`size_grade`]: content-length grade with fine sub-steps for requests with no action.
 //! - [`table`]: the priority table (rules -> business priority).
 //! - [`downstream`]: the egress role's per-downstream level cache.
+//! - [`route`]: per-route dependencies and levels across a call graph (issue 19).
 //! - [`clock`]: injectable clocks.
 //! - [`schema`]: JSON Schema pieces for the config file's string-typed values.
 
@@ -25,6 +26,7 @@ pub mod engine;
 pub mod gate;
 pub mod priority;
 pub mod queue_policy;
+pub mod route;
 pub mod schema;
 pub mod size_grade;
 pub mod table;

@@ -237,7 +237,7 @@ pub mod schema;
 mod server;
 mod validate;
 
-pub use self::egress::{EgressConfig, EgressRoute, EgressTimeouts};
+pub use self::egress::{EgressConfig, EgressRoute, EgressTimeouts, PerRouteConfig};
 pub use self::server::{ServerConfig, ServerTimeouts};
 pub use self::validate::check_header_name;
 

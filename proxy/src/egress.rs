@@ -44,6 +44,7 @@ use weir_net::drain::{self, Drain, Watch};
 use crate::config::SidecarConfig;
 use crate::error::StartError;
 use crate::own_time::DownstreamWaits;
+use crate::route_level::RouteState;
 
 pub mod forward;
 pub mod loops;
@@ -60,6 +61,15 @@ pub use stats::{
 
 use loops::OwnListeners;
 use service::EgressListener;
+
+/// Per-route slots held, by `kind` (`routes`, `dependencies`, `cached_route_levels`).
+pub const ROUTE_SLOTS_METRIC: &str = "weir_route_slots";
+/// What learning a dependency did, by `result`.
+pub const ROUTE_LEARN_TOTAL: &str = "weir_route_dependencies_learnt_total";
+/// `x-weir-route-level` headers on downstream responses, by `result`.
+pub const ROUTE_LEVEL_HEADERS_TOTAL: &str = "weir_route_level_headers_total";
+/// Retries of calls a downstream refused, refused locally while its level held.
+pub const RETRIES_REFUSED_TOTAL: &str = "weir_egress_retries_refused_total";
 
 /// How often `weir_downstream_level` is brought up to date (expired levels read open).
 const LEVEL_GAUGE_PERIOD: Duration = Duration::from_millis(250);
@@ -196,7 +206,8 @@ impl Drop for Egress {
 }
 
 /// Keeps `weir_downstream_level{authority}` current: one series per cached authority (at
-/// most `egress.max_authorities`), fully open (32767) once a level has expired.
+/// most `egress.max_authorities`), fully open (32767) once a level has expired; and one
+/// `weir_downstream_level{authority,route}` per cached route level.
 async fn export_levels(service: Arc<EgressService>, drain: Watch) {
     let mut tick = tokio::time::interval(LEVEL_GAUGE_PERIOD);
     let stopped = drain.signaled();
@@ -211,5 +222,53 @@ async fn export_levels(service: Arc<EgressService>, drain: Watch) {
             metrics::gauge!(DOWNSTREAM_LEVEL_METRIC, "authority" => authority.to_string())
                 .set(f64::from(v));
         });
+        // Per-route levels under the same name, with a `route` label (at most
+        // `max_authorities` x `per_route.max_routes_per_authority` series).
+        service.routes.route_levels.for_each(|authority, route, level| {
+            let v = level.unwrap_or(AdmissionLevel::FULLY_OPEN).compound();
+            metrics::gauge!(
+                DOWNSTREAM_LEVEL_METRIC,
+                "authority" => authority.to_string(),
+                "route" => route.to_string()
+            )
+            .set(f64::from(v));
+        });
+        export_routes(&service.routes);
     }
+}
+
+/// Per-route state for `/metrics`: slots held (bounded), what learning and the route
+/// headers did (overflow and bad values counted), retries refused.
+fn export_routes(routes: &RouteState) {
+    let deps = &routes.deps;
+    metrics::gauge!(ROUTE_SLOTS_METRIC, "kind" => "routes").set(deps.routes() as f64);
+    metrics::gauge!(ROUTE_SLOTS_METRIC, "kind" => "dependencies")
+        .set(deps.dependency_slots() as f64);
+    metrics::gauge!(ROUTE_SLOTS_METRIC, "kind" => "cached_route_levels")
+        .set(routes.route_levels.len() as f64);
+    let c = deps.counters();
+    for (result, n) in [
+        ("new", c.new),
+        ("renewed", c.renewed),
+        ("route_overflow", c.route_overflow),
+        ("dependency_overflow", c.dependency_overflow),
+        ("bad_route", c.bad_route),
+    ] {
+        metrics::counter!(ROUTE_LEARN_TOTAL, "result" => result).absolute(n);
+    }
+    let r = routes.route_levels.counters();
+    let l = routes.route_levels.level_counters();
+    for (result, n) in [
+        ("cached", l.cached),
+        ("uncached_over_max_routes", l.uncached),
+        ("level_absent", l.absent),
+        ("malformed", l.malformed),
+        ("repeated", l.repeated),
+        ("absent", r.absent),
+        ("route_mismatch", r.route_mismatch),
+        ("uncached_over_max_authorities", r.authority_overflow),
+    ] {
+        metrics::counter!(ROUTE_LEVEL_HEADERS_TOTAL, "result" => result).absolute(n);
+    }
+    metrics::counter!(RETRIES_REFUSED_TOTAL).absolute(routes.retries.refused_retries());
 }

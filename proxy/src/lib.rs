@@ -20,7 +20,8 @@
 //! - [`app_protocol`]: `app_protocol: auto`: what the app (or a downstream) speaks, probed
 //!   and remembered (both roles).
 //! - [`own_time`]: the app's own time, less its waits on downstreams (with the egress role),
-//!   for the adaptive limit.
+//!   for the adaptive limit; the same pairing feeds [`route_level`] (per-route levels: the
+//!   inbound door and the egress cache per route).
 //! - [`telemetry`]: metrics and logs.
 //! - [`config`]: the one YAML configuration and its validation; a leaf (it imports nothing
 //!   of this crate).
@@ -44,6 +45,7 @@ pub mod own_time;
 mod plane;
 pub mod priority;
 pub mod refusal;
+pub mod route_level;
 pub mod server;
 pub mod service;
 pub mod shared;

@@ -38,6 +38,7 @@ use std::time::{Duration, Instant};
 use http::{HeaderMap, HeaderName, HeaderValue};
 
 use crate::inflight::InflightLimit;
+use crate::route_level::RouteState;
 
 /// The trace context header (W3C Trace Context).
 pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
@@ -58,6 +59,8 @@ pub struct DownstreamWaits {
     next_id: AtomicU64,
     paired: AtomicU64,
     unpaired: AtomicU64,
+    /// Per-route levels, which learn from the same pairing (see [`crate::route_level`]).
+    routes: Option<Arc<RouteState>>,
 }
 
 /// One key's inbound requests and calls.
@@ -72,6 +75,10 @@ struct Entry {
     /// Since when a call has been in flight, and the time with calls in flight before that.
     blocked_since: Option<Instant>,
     waited: Duration,
+    /// The route of the latest inbound request with this key.
+    route: Option<Arc<str>>,
+    /// That request is the door's probe (per-route levels): its calls go out.
+    probe: bool,
 }
 
 impl Entry {
@@ -122,6 +129,11 @@ pub struct CallCounts {
 
 impl DownstreamWaits {
     pub fn new(limit: Arc<InflightLimit>) -> Arc<Self> {
+        Self::with_routes(limit, None)
+    }
+
+    /// As [`DownstreamWaits::new`], the pairs also feeding per-route levels.
+    pub fn with_routes(limit: Arc<InflightLimit>, routes: Option<Arc<RouteState>>) -> Arc<Self> {
         let hasher = std::collections::hash_map::RandomState::new();
         let prefix = hasher.hash_one(std::process::id()) ^ hasher.hash_one(Instant::now());
         Arc::new(DownstreamWaits {
@@ -132,7 +144,21 @@ impl DownstreamWaits {
             next_id: AtomicU64::new(0),
             paired: AtomicU64::new(0),
             unpaired: AtomicU64::new(0),
+            routes,
         })
+    }
+
+    pub fn routes(&self) -> Option<&Arc<RouteState>> {
+        self.routes.as_ref()
+    }
+
+    /// The route of the inbound request at the app that holds `headers`' key, if any, and
+    /// whether that request is the door's probe.
+    pub fn route_of(&self, headers: &HeaderMap) -> Option<(Arc<str>, bool)> {
+        let key = self.key(headers)?;
+        let shard = self.shard(key);
+        let entry = shard.get(&key)?;
+        Some((entry.route.clone()?, entry.probe))
     }
 
     fn shard(&self, key: u64) -> MutexGuard<'_, HashMap<u64, Entry>> {
@@ -157,6 +183,17 @@ impl DownstreamWaits {
     /// An inbound request goes to the app: registers it under its key, stamping an
     /// `x-request-id` first if it carries none.
     pub fn visit(&self, headers: &mut HeaderMap) -> Option<Visit> {
+        self.visit_route(headers, None, false)
+    }
+
+    /// As [`DownstreamWaits::visit`], remembering the request's route for its key, and
+    /// whether it is the door's probe.
+    pub fn visit_route(
+        &self,
+        headers: &mut HeaderMap,
+        route: Option<&str>,
+        probe: bool,
+    ) -> Option<Visit> {
         let key = match self.key(headers) {
             Some(key) => key,
             None => {
@@ -169,6 +206,12 @@ impl DownstreamWaits {
         };
         let mut shard = self.shard(key);
         let entry = shard.entry(key).or_default();
+        if let Some(route) = route {
+            if entry.route.as_deref() != Some(route) {
+                entry.route = Some(route.into());
+            }
+        }
+        entry.probe = probe;
         entry.inbound += 1;
         entry.settle_lending(&self.limit);
         Some(Visit { key, waited_before: entry.waited_until(Instant::now()) })

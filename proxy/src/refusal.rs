@@ -15,6 +15,8 @@ pub enum ShedReason {
     Overload,
     /// Its deadline passed, or it waited longer than the task timeout, while queued.
     Deadline,
+    /// Its route depends on a downstream whose cached level refuses it (per-route levels).
+    RouteLevel,
 }
 
 /// Which of weir's own errors a response is: the `x-weir-error` value, so a 502/504 made
@@ -166,6 +168,7 @@ impl ShedReason {
         match self {
             ShedReason::Overload => "overload",
             ShedReason::Deadline => "deadline",
+            ShedReason::RouteLevel => "route-level",
         }
     }
 
@@ -173,6 +176,9 @@ impl ShedReason {
         match self {
             ShedReason::Overload => "weir: overloaded, retry after the pushback",
             ShedReason::Deadline => "weir: deadline passed while queued",
+            ShedReason::RouteLevel => {
+                "weir: a downstream of this route sheds this priority now, retry after the pushback"
+            }
         }
     }
 }
@@ -207,6 +213,26 @@ impl Refusals {
     /// the level layer). gRPC callers get `200` with `grpc-status` in the headers and no
     /// body at all: a trailers-only response, one HEADERS frame with END_STREAM.
     pub fn refusal_head(&self, grpc: bool, reason: ShedReason) -> (StatusCode, HeaderMap) {
+        self.refusal_head_after(grpc, reason, None)
+    }
+
+    /// As [`Refusals::refusal_head`], asking the caller to wait `wait` (whole seconds in
+    /// `retry-after`, rounded down, at least 1: a wait that grows from the configured one
+    /// reads the same until it has grown by a second; milliseconds in the pushback) instead
+    /// of the configured `retry_after`.
+    pub fn refusal_head_after(
+        &self,
+        grpc: bool,
+        reason: ShedReason,
+        wait: Option<Duration>,
+    ) -> (StatusCode, HeaderMap) {
+        let (retry_after, pushback_ms) = match wait {
+            Some(w) => (
+                HeaderValue::from(w.as_secs().max(1)),
+                HeaderValue::from(w.as_millis().max(1) as u64),
+            ),
+            None => (self.retry_after.clone(), self.pushback_ms.clone()),
+        };
         let mut headers = HeaderMap::with_capacity(7);
         headers.insert(self.shed_name.clone(), HeaderValue::from_static(reason.as_str()));
         // Envoy (Istio's sidecar) never retries a response carrying this header, whatever its
@@ -218,10 +244,10 @@ impl Refusals {
                 .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
             headers.insert(GRPC_STATUS, HeaderValue::from_static(GRPC_STATUS_RESOURCE_EXHAUSTED));
             headers.insert(GRPC_MESSAGE, HeaderValue::from_static(reason.grpc_message()));
-            headers.insert(GRPC_PUSHBACK, self.pushback_ms.clone());
+            headers.insert(GRPC_PUSHBACK, pushback_ms);
             return (StatusCode::OK, headers);
         }
-        headers.insert(http::header::RETRY_AFTER, self.retry_after.clone());
+        headers.insert(http::header::RETRY_AFTER, retry_after);
         headers.insert(http::header::CONTENT_LENGTH, HeaderValue::from_static("0"));
         (StatusCode::SERVICE_UNAVAILABLE, headers)
     }

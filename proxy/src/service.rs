@@ -40,9 +40,11 @@ use crate::config::{AppProtocol, SidecarConfig};
 use crate::http::{respond, Names};
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason, WeirError};
+use crate::route_level::{self, Ages, RouteState};
 use crate::server::{LevelStamp, Role};
 use crate::shared::Shared;
 use crate::telemetry::ProxyMetrics;
+use admission_core::route::RouteDoor;
 
 mod exchange;
 mod forward;
@@ -76,6 +78,10 @@ pub struct Inbound {
     max_queued_per_connection: usize,
     body_read: Duration,
     write: Duration,
+    /// Per-route levels (with the egress role on).
+    routes: Option<Arc<RouteState>>,
+    /// How long the level has refused each class (the refusal's `retry-after` grows).
+    ages: Ages,
 }
 
 /// What the inbound role keeps per caller connection (the skeleton keeps the rest).
@@ -107,6 +113,8 @@ impl Inbound {
         };
         let shadow = shared.engine.mode() == admission_core::Mode::Shadow;
         Ok(Inbound {
+            routes: shared.waits.as_ref().and_then(|w| w.routes()).filter(|r| r.enabled).cloned(),
+            ages: route_level::ages(inbound.retry_after),
             shared,
             metrics,
             refusals: Refusals::new(names.level, names.shed, inbound.retry_after),
@@ -141,13 +149,39 @@ impl Inbound {
     /// The level layer around everything else.
     pub async fn serve(self: Arc<Self>, conn: Arc<ConnState>, req: Request<Incoming>) -> Early {
         let _active = self.shared.active_request();
-        let mut response = self.handle(&conn, req).await;
-        let level = self.refusals.level_value(self.shared.engine.level());
-        response.headers_mut().insert(self.refusals.level_name().clone(), level);
+        // The route (with per-route levels on): the normalised path, no query.
+        let route: Option<Box<str>> = self
+            .routes
+            .as_ref()
+            .and_then(|_| route_level::route_of(req.uri().path()))
+            .map(|r| r.into());
+        let mut response = self.handle(&conn, req, route.as_deref()).await;
+        let own = self.shared.engine.level();
+        let headers = response.headers_mut();
+        headers.insert(self.refusals.level_name().clone(), self.refusals.level_value(own));
+        match (&self.routes, route) {
+            (Some(routes), Some(route)) => {
+                let level = routes.aggregated(&route, own);
+                if let Ok(value) = http::HeaderValue::from_str(&route) {
+                    headers.insert(route_level::ROUTE, value);
+                    headers.insert(route_level::ROUTE_LEVEL, self.refusals.level_value(level));
+                }
+            }
+            // Never passed on from the app: they speak for this sidecar only.
+            _ => {
+                headers.remove(route_level::ROUTE);
+                headers.remove(route_level::ROUTE_LEVEL);
+            }
+        }
         response
     }
 
-    async fn handle(self: &Arc<Self>, conn: &ConnState, req: Request<Incoming>) -> Early {
+    async fn handle(
+        self: &Arc<Self>,
+        conn: &ConnState,
+        req: Request<Incoming>,
+        route: Option<&str>,
+    ) -> Early {
         let arrival = Instant::now();
         let (mut parts, body) = req.into_parts();
         let mut body = EarlyBody::new(body);
@@ -166,6 +200,18 @@ impl Inbound {
         };
         let deadline = arrival + self.budget(&parts.headers);
         let engine = &self.shared.engine;
+
+        // The route's door: a downstream this route calls would refuse it (per-route levels),
+        // so the app does not spend work on it first.
+        let mut probe = false;
+        if let (Some(routes), Some(route)) = (&self.routes, route) {
+            match routes.door(route, priority) {
+                RouteDoor::Pass => {}
+                RouteDoor::Probe => probe = true,
+                RouteDoor::Refuse if self.shadow() => {}
+                RouteDoor::Refuse => return self.refuse(grpc, ShedReason::RouteLevel, priority),
+            }
+        }
 
         // Admission.
         let mut would_shed = match engine.admit(priority) {
@@ -258,7 +304,11 @@ impl Inbound {
 
         // App. What shadow mode forwards although enforcing would not have may be past its
         // budget already; it gets the task timeout, as if weir were not there.
-        let visit = self.shared.waits.as_ref().and_then(|w| w.visit(&mut parts.headers));
+        let visit = self
+            .shared
+            .waits
+            .as_ref()
+            .and_then(|w| w.visit_route(&mut parts.headers, route, probe));
         let exchange = AppExchange::new(slot, now, self.shared.clone(), visit);
         let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
         self.forward(parts, body, protocol, deadline, exchange, grpc).await
@@ -312,12 +362,15 @@ impl Inbound {
     }
 
     fn refuse(&self, grpc: bool, reason: ShedReason, priority: Priority) -> Early {
-        let outcome = match reason {
-            ShedReason::Overload => Outcome::ShedOverload,
-            ShedReason::Deadline => Outcome::ShedDeadline,
+        let (outcome, wait) = match reason {
+            // The longer the level refuses this class, the longer the caller is asked to wait.
+            ShedReason::Overload | ShedReason::RouteLevel => {
+                (Outcome::ShedOverload, Some(self.ages.refuse(priority.business)))
+            }
+            ShedReason::Deadline => (Outcome::ShedDeadline, None),
         };
         self.shared.audit.record(priority.business, outcome);
-        let (status, headers) = self.refusals.refusal_head(grpc, reason);
+        let (status, headers) = self.refusals.refusal_head_after(grpc, reason, wait);
         respond(status, headers)
     }
 

@@ -19,6 +19,7 @@ pub use crate::error::StartError;
 use crate::inflight::InflightLimit;
 use crate::own_time::DownstreamWaits;
 use crate::plane::HyperPlane;
+use crate::route_level::RouteState;
 pub use crate::shared::{ActiveRequest, Shared};
 use crate::shutdown::StopKind;
 use crate::telemetry::ProxyMetrics;
@@ -62,7 +63,11 @@ impl Sidecar {
         let limit = InflightLimit::new(control.limit(), config.inbound.max_queued);
         // With the egress role on, the app's calls are paired with the requests they serve,
         // so the limit sees the app's own time, not its downstreams'.
-        let waits = config.egress.enabled.then(|| DownstreamWaits::new(limit.clone()));
+        let waits = config.egress.enabled.then(|| {
+            let e = &config.egress;
+            let routes = RouteState::new(&e.per_route, e.level_expiry, e.max_authorities);
+            DownstreamWaits::with_routes(limit.clone(), Some(Arc::new(routes)))
+        });
         let (drain, watch) = weir_net::drain::channel();
         let shared = Arc::new(Shared {
             limit,

@@ -5,6 +5,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use admission_core::downstream::{DEFAULT_EXPIRY, DEFAULT_MAX_AUTHORITIES};
+use admission_core::route::{
+    DEFAULT_DEPENDENCY_EXPIRY, DEFAULT_MAX_DEPENDENCIES, DEFAULT_MAX_ROUTES,
+};
 use admission_core::schema::{HumanDuration, SocketAddrString};
 use admission_core::FieldError;
 use http::uri::Authority;
@@ -57,6 +60,37 @@ pub struct EgressConfig {
     pub threads: usize,
     pub h2: H2Config,
     pub timeouts: EgressTimeouts,
+    /// Per-route levels (docs/design.md, "Per-route levels").
+    pub per_route: PerRouteConfig,
+}
+
+/// Per-route levels: which of the app's routes call which downstream routes, learnt from
+/// the calls the app makes while serving a request; a route's door and the level it
+/// advertises follow its own downstreams only.
+#[derive(Debug, Clone, Deserialize, JsonSchema)]
+#[serde(default, deny_unknown_fields)]
+pub struct PerRouteConfig {
+    /// On with the egress role unless turned off here (then one level per sidecar, as
+    /// without it).
+    pub enabled: bool,
+    /// Inbound routes with learnt dependencies; further routes keep the sidecar's own
+    /// level (counted).
+    #[schemars(range(min = 0, max = MAX_ROUTE_SLOTS))]
+    pub max_routes: usize,
+    /// Downstream routes one inbound route may depend on; further ones are not tracked
+    /// (counted).
+    #[schemars(range(min = 0, max = 256))]
+    pub max_dependencies: usize,
+    /// A dependency not confirmed by a call for this long is forgotten.
+    #[serde(with = "humantime_serde")]
+    #[schemars(with = "HumanDuration")]
+    pub dependency_expiry: Duration,
+    /// Routes per downstream authority whose `x-weir-route-level` is cached.
+    #[schemars(range(min = 0, max = MAX_ROUTE_SLOTS))]
+    pub max_routes_per_authority: usize,
+    /// Refused calls remembered so that their retries wait for the level to change.
+    #[schemars(range(min = 0, max = 1_000_000))]
+    pub retry_memory: usize,
 }
 
 /// One fixed per-downstream listener.
@@ -133,6 +167,20 @@ impl Default for EgressConfig {
             threads: 2,
             h2: H2Config::default(),
             timeouts: EgressTimeouts::default(),
+            per_route: PerRouteConfig::default(),
+        }
+    }
+}
+
+impl Default for PerRouteConfig {
+    fn default() -> Self {
+        PerRouteConfig {
+            enabled: true,
+            max_routes: DEFAULT_MAX_ROUTES,
+            max_dependencies: DEFAULT_MAX_DEPENDENCIES,
+            dependency_expiry: DEFAULT_DEPENDENCY_EXPIRY,
+            max_routes_per_authority: DEFAULT_MAX_ROUTES,
+            retry_memory: 4096,
         }
     }
 }
@@ -153,6 +201,8 @@ impl Default for EgressTimeouts {
     }
 }
 
+/// Largest bound on per-route slots.
+const MAX_ROUTE_SLOTS: usize = 4096;
 /// Largest number of fixed routes.
 const MAX_ROUTES: usize = 256;
 /// Largest bound on cached authorities (each one a metric label value).
@@ -176,6 +226,15 @@ impl EgressConfig {
                 65_536,
             ),
             ("egress.routes", self.routes.len(), 0, MAX_ROUTES),
+            ("egress.per_route.max_routes", self.per_route.max_routes, 0, MAX_ROUTE_SLOTS),
+            ("egress.per_route.max_dependencies", self.per_route.max_dependencies, 0, 256),
+            (
+                "egress.per_route.max_routes_per_authority",
+                self.per_route.max_routes_per_authority,
+                0,
+                MAX_ROUTE_SLOTS,
+            ),
+            ("egress.per_route.retry_memory", self.per_route.retry_memory, 0, 1_000_000),
         ] {
             if !(min..=max).contains(&n) {
                 return bad(field, format!("{n} is out of range {min}..={max}"));
@@ -184,6 +243,7 @@ impl EgressConfig {
         let t = &self.timeouts;
         for (field, value) in [
             ("egress.level_expiry", self.level_expiry),
+            ("egress.per_route.dependency_expiry", self.per_route.dependency_expiry),
             ("egress.default_budget", self.default_budget),
             ("egress.timeouts.header_read", t.header_read),
             ("egress.timeouts.idle", t.idle),

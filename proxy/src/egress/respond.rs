@@ -40,11 +40,12 @@ impl EgressService {
         outcome: EgressOutcome,
     ) -> Response<ResponseBody> {
         self.stats.record(priority.business, outcome);
-        let reason = match outcome {
-            EgressOutcome::ShedDeadline => ShedReason::Deadline,
-            _ => ShedReason::Overload,
+        let (reason, wait) = match outcome {
+            EgressOutcome::ShedDeadline => (ShedReason::Deadline, None),
+            // The longer the downstream's level refuses this class, the longer the wait.
+            _ => (ShedReason::Overload, Some(self.ages.refuse(priority.business))),
         };
-        let (status, mut headers) = self.refusals.refusal_head(grpc, reason);
+        let (status, mut headers) = self.refusals.refusal_head_after(grpc, reason, wait);
         if outcome == EgressOutcome::ShedDownstream {
             headers.insert(self.names.shed.clone(), DOWNSTREAM_LEVEL);
             if grpc {

@@ -26,6 +26,7 @@ use crate::http::Names;
 use crate::own_time::DownstreamWaits;
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, WeirError};
+use crate::route_level::{self, Ages, RouteState};
 use crate::server::{LevelStamp, Role};
 
 /// Shared h2c connections per downstream address.
@@ -36,7 +37,11 @@ pub(super) const MAX_POOLS: usize = 1024;
 
 /// What every egress connection shares.
 pub struct EgressService {
-    pub(super) levels: DownstreamLevels<MonotonicClock>,
+    pub(super) levels: Arc<DownstreamLevels<MonotonicClock>>,
+    /// Per-route levels (shared with the inbound role when the sidecar runs both).
+    pub(super) routes: Arc<RouteState>,
+    /// How long the downstream's level has refused each class (`retry-after` grows).
+    pub(super) ages: Ages,
     pub(super) stats: EgressStats,
     pub(super) refusals: Refusals,
     pub(super) names: Names,
@@ -88,12 +93,19 @@ impl EgressService {
     ) -> Result<Self, String> {
         let egress = &config.egress;
         let names = Names::new(&config.inbound.headers)?;
-        Ok(EgressService {
-            levels: DownstreamLevels::new(
+        // The inbound role's per-route state when the sidecar runs both roles.
+        let routes = match waits.as_ref().and_then(|w| w.routes()) {
+            Some(routes) => routes.clone(),
+            None => Arc::new(RouteState::new(
+                &egress.per_route,
                 egress.level_expiry,
                 egress.max_authorities,
-                MonotonicClock::new(),
-            ),
+            )),
+        };
+        Ok(EgressService {
+            levels: routes.authority_levels.clone(),
+            routes,
+            ages: route_level::ages(config.inbound.retry_after),
             stats: EgressStats::new(requests),
             refusals: Refusals::new(
                 names.level.clone(),
@@ -141,6 +153,11 @@ impl EgressService {
         &self.levels
     }
 
+    /// Per-route levels.
+    pub fn routes(&self) -> &Arc<RouteState> {
+        &self.routes
+    }
+
     pub fn stats(&self) -> &EgressStats {
         &self.stats
     }
@@ -186,7 +203,38 @@ impl EgressService {
         if budget.is_zero() {
             return self.refuse(&authority, grpc, priority, EgressOutcome::ShedDeadline);
         }
-        if self.levels.should_refuse(authority.as_str(), priority) {
+        // Per-route levels: the downstream route called, the inbound route it serves (a
+        // dependency learnt even if refused below), and the call's identity for retries.
+        let out_route: Option<Box<str>> = self
+            .routes
+            .enabled
+            .then(|| route_level::route_of(parts.uri.path()).map(|r| r.into()))
+            .flatten();
+        let mut probe = false;
+        let call_id = match (&out_route, &self.waits) {
+            (Some(out_route), Some(waits)) => {
+                if let Some((route, is_probe)) = waits.route_of(&parts.headers) {
+                    self.routes.deps.learn(&route, authority.as_str(), out_route);
+                    probe = is_probe;
+                }
+                waits.key(&parts.headers).map(|key| call_id(key, authority.as_str(), out_route))
+            }
+            _ => None,
+        };
+        let refused = match &out_route {
+            // The inbound door's probe: it goes out to bring news of a stale level.
+            Some(_) if probe => false,
+            Some(r) => {
+                let levels = &self.routes.route_levels;
+                levels.should_refuse(authority.as_str(), r, priority, &self.levels)
+                    || call_id.is_some_and(|id| {
+                        let current = self.routes.cached(authority.as_str(), r);
+                        self.routes.retries.is_refused_retry(id, current)
+                    })
+            }
+            None => self.levels.should_refuse(authority.as_str(), priority),
+        };
+        if refused {
             return self.refuse(&authority, grpc, priority, EgressOutcome::ShedDownstream);
         }
         let deadline = arrival + budget;
@@ -255,6 +303,18 @@ impl EgressService {
         if let Observation::Malformed(e) = observation {
             tracing::debug!(error = %e, downstream = %authority, "egress: bad level header ignored");
         }
+        if let Some(out_route) = &out_route {
+            let routes = head.headers.get_all(route_level::ROUTE).iter().map(HeaderValue::as_bytes);
+            let levels =
+                head.headers.get_all(route_level::ROUTE_LEVEL).iter().map(HeaderValue::as_bytes);
+            self.routes.route_levels.observe(authority.as_str(), out_route, routes, levels);
+            // A refusal by the downstream: its retry waits until the level changes.
+            if let Some(id) = call_id.filter(|_| is_refusal(&head)) {
+                if let Some(level) = self.routes.cached(authority.as_str(), out_route) {
+                    self.routes.retries.refused(id, level);
+                }
+            }
+        }
         crate::forward_headers::clean_response(&mut head.headers);
         // As inbound (service.rs): a downstream's HTTP/1.0 must not close the app's
         // keep-alive connection to the egress listener.
@@ -284,6 +344,21 @@ impl EgressService {
         }
         endpoint
     }
+}
+
+/// A call's identity for the retry memory: its correlation key, downstream and route.
+fn call_id(key: u64, authority: &str, route: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (key, authority, route).hash(&mut h);
+    h.finish()
+}
+
+/// A weir refusal (or one like it): `503` with `x-envoy-overloaded`, or gRPC status 8.
+fn is_refusal(head: &http::response::Parts) -> bool {
+    let overloaded = head.headers.contains_key(crate::refusal::ENVOY_OVERLOADED);
+    (head.status == http::StatusCode::SERVICE_UNAVAILABLE && overloaded)
+        || head.headers.get("grpc-status").is_some_and(|s| s.as_bytes() == b"8")
 }
 
 // === impl Role for EgressListener ===

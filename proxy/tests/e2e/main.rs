@@ -46,6 +46,7 @@ mod inbound_queue;
 mod inbound_queue_order;
 mod inbound_sigterm;
 mod noharm;
+mod route_levels;
 mod run_probes;
 mod size_grade_dial;
 mod table_digest;

@@ -66,8 +66,8 @@ struct Args {
     #[arg(long, default_value = "10/30/60")]
     mix: String,
     /// The per-route multi-hop contender's configuration: YAML merged over each sidecar's
-    /// one-hop-egress config (keys `all`, `e`, `a`, `b`, `c`). Without it that contender is
-    /// skipped: weir does not have the feature yet.
+    /// egress config (keys `all`, `e`, `a`, `b`, `c`) [default: none, weir's shipped
+    /// defaults, which turn per-route levels on with the egress role].
     #[arg(long)]
     multihop_overlay: Option<PathBuf>,
     /// The `weir` binary for the multi-hop contender [default: --weir-bin].
@@ -91,7 +91,12 @@ fn main() -> anyhow::Result<()> {
             anyhow::ensure!(bin.is_file(), "{} not found", bin.display());
             Some(MultihopHook::load(bin, overlay)?)
         }
-        None => None,
+        // Per-route levels ship on with the egress role: the contender runs the shipped
+        // defaults (of --multihop-weir-bin if given).
+        None => {
+            let bin = args.multihop_weir_bin.clone().unwrap_or_else(|| weir_bin.clone());
+            Some(MultihopHook::shipped(bin))
+        }
     };
     let s = Duration::from_secs;
     let (run, warmup, step_phase, lead_in) =

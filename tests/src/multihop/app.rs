@@ -37,7 +37,7 @@ use super::client::{REQUEST_ID, TRACEPARENT};
 pub const SHED: &str = "x-weir-shed";
 
 /// weir's own `x-weir-shed` values; anything else was written by an app of this graph.
-const WEIR_LABELS: [&str; 3] = ["overload", "deadline", "downstream-level"];
+const WEIR_LABELS: [&str; 4] = ["overload", "deadline", "downstream-level", "route-level"];
 
 /// The place a refusal was made, as seen by `caller` calling `downstream` (`label`: the
 /// answer's `x-weir-shed`).
@@ -46,8 +46,9 @@ pub fn place_of_refusal(label: Option<&str>, caller: &str, downstream: &str) -> 
         // The caller's own egress refused it from the downstream's cached level.
         Some("downstream-level") => format!("{caller}-egress-{downstream}"),
         Some("deadline") => format!("{downstream}-door-deadline"),
-        // weir's inbound in front of the downstream, or HAProxy's (no label).
-        Some("overload") | None => format!("{downstream}-door"),
+        // weir's inbound in front of the downstream (its own level, or a level of the route's
+        // downstreams: per-route levels), or HAProxy's (no label).
+        Some("overload") | Some("route-level") | None => format!("{downstream}-door"),
         Some(placed) => placed.to_string(),
     }
 }
@@ -460,6 +461,7 @@ mod tests {
         assert_eq!(place_of_refusal(Some("downstream-level"), "a", "b"), "a-egress-b");
         assert_eq!(place_of_refusal(Some("overload"), "a", "b"), "b-door");
         assert_eq!(place_of_refusal(None, "a", "b"), "b-door", "HAProxy writes no label");
+        assert_eq!(place_of_refusal(Some("route-level"), "client", "e"), "e-door");
         assert_eq!(place_of_refusal(Some("deadline"), "e", "a"), "a-door-deadline");
         assert_eq!(place_of_refusal(Some("a-egress-b"), "e", "a"), "a-egress-b");
         assert_eq!(place_of_refusal(None, "client", "e"), "e-door");

@@ -27,11 +27,13 @@ pub enum Topology {
     Direct,
     /// weir's inbound role at every hop (E as the entry), no egress.
     Inbound,
-    /// weir's inbound role at every hop and the egress role at E and A: each caches its
-    /// downstream's level one hop away (what weir ships today).
+    /// weir's inbound role at every hop and the egress role at E and A with per-route levels
+    /// off (`egress.per_route.enabled: false`): each caches its downstream's level one hop
+    /// away (what weir shipped before per-route levels).
     OneHop,
-    /// The per-route level of issue 19 (a level per route that travels upstream). Runs only
-    /// with a [`MultihopHook`]; skipped otherwise.
+    /// The per-route level of issue 19 (a level per route that travels upstream): the egress
+    /// role at E and A with weir's shipped defaults, which turn it on ([`MultihopHook`]:
+    /// the binary and an optional overlay).
     Multihop,
     /// HAProxy in front of every app, `maxconn` = the app's workers (a priority queue by
     /// `x-business-priority`, as `contender.rs` sets it up for the overload benchmark).
@@ -69,7 +71,19 @@ pub struct MultihopHook {
     overlay: serde_yaml::Value,
 }
 
+/// What the one-hop contender merges over its egress hops: per-route levels off.
+const ONE_HOP_ONLY: &str = "egress:\n  per_route:\n    enabled: false\n";
+
 impl MultihopHook {
+    /// weir's shipped defaults (per-route levels come on with the egress role): no overlay.
+    pub fn shipped(weir_bin: PathBuf) -> Self {
+        MultihopHook {
+            weir_bin,
+            overlay_file: PathBuf::from("(none: shipped defaults)"),
+            overlay: serde_yaml::Value::Mapping(Default::default()),
+        }
+    }
+
     pub fn load(weir_bin: PathBuf, overlay_file: PathBuf) -> anyhow::Result<Self> {
         let text = std::fs::read_to_string(&overlay_file)
             .map_err(|e| anyhow::anyhow!("{}: {e}", overlay_file.display()))?;
@@ -317,6 +331,12 @@ impl Starter<'_> {
                 let mut yaml = weir_yaml(listen, app, admin, egress, entry);
                 if let (Topology::Multihop, Some(hook)) = (self.topology, self.hook) {
                     yaml = hook.apply(name, &yaml)?;
+                }
+                if self.topology == Topology::OneHop && egress.is_some() {
+                    // One level per sidecar, as weir shipped before per-route levels.
+                    let mut config: serde_yaml::Value = serde_yaml::from_str(&yaml)?;
+                    merge(&mut config, &serde_yaml::from_str(ONE_HOP_ONLY)?);
+                    yaml = serde_yaml::to_string(&config)?;
                 }
                 let proxy = Contender::weir_with_config(&self.weir_bin, &yaml)
                     .await
