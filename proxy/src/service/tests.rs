@@ -38,8 +38,8 @@ const TIMEOUT: &str = "x-request-timeout-ms";
 /// - `/stall`: never;
 /// - `/fail`: the connection is refused (as by an app that is down).
 struct App {
-    /// Each request that reached the app: its path and the budget it was sent with.
-    seen: Mutex<Vec<(String, Option<String>)>>,
+    /// Each request that reached the app: its path, the budget it was sent with, and when.
+    seen: Mutex<Vec<(String, Option<String>, Instant)>>,
     holds: Semaphore,
 }
 
@@ -51,7 +51,7 @@ impl Default for App {
 
 impl App {
     fn paths(&self) -> Vec<String> {
-        self.seen.lock().unwrap().iter().map(|(p, _)| p.clone()).collect()
+        self.seen.lock().unwrap().iter().map(|(p, ..)| p.clone()).collect()
     }
 
     fn release(&self, n: usize) {
@@ -80,7 +80,7 @@ impl AppClient for TestApp {
         async move {
             let path = req.uri().path().to_owned();
             let budget = req.headers().get(TIMEOUT).map(|v| v.to_str().unwrap().to_owned());
-            app.seen.lock().unwrap().push((path.clone(), budget));
+            app.seen.lock().unwrap().push((path.clone(), budget, Instant::now()));
             match path.as_str() {
                 "/hold" => app.holds.acquire().await.unwrap().forget(),
                 "/stall" => std::future::pending().await,
@@ -216,7 +216,7 @@ async fn a_request_is_admitted_forwarded_with_its_budget_and_answered() {
     let open = s.inbound.refusals.level_value(AdmissionLevel::FULLY_OPEN);
     assert_eq!(resp.headers().get("x-admission-level"), Some(&open));
     assert_eq!(body_of(resp).await, "ok");
-    assert_eq!(*s.app.seen.lock().unwrap(), [("/after/40".into(), Some("300".into()))]);
+    assert_eq!(s.app.seen.lock().unwrap()[0], ("/after/40".into(), Some("300".into()), start));
     assert_eq!(s.shared().limit.inflight(), 0, "the slot is back");
     assert_eq!(s.shared().app_time.typical(), 40 * MS);
     assert_eq!(counted(&s, |c| c.admitted), 1);
@@ -290,6 +290,51 @@ async fn a_queued_request_is_refused_when_its_budget_runs_out_and_a_stall_at_its
     assert_at(at, start, 310 * MS);
     assert_eq!(s.app.paths(), ["/stall", "/after/10"], "nothing past its budget reached the app");
     assert_eq!(counted(&s, |c| c.shed_deadline), 1);
+
+    // A budget already spent is refused at once.
+    let (spent, at) = s.send(get("/after/1", &[(TIMEOUT, "0")])).await.unwrap();
+    assert_eq!(spent.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(spent.headers(), "x-weir-shed"), Some("deadline"));
+    assert_eq!(at, Instant::now());
+    assert_eq!(s.app.paths().len(), 2);
+}
+
+/// A burst past what the app can serve in its budget: 40 requests at once with 150 ms each,
+/// one at a time to a 40 ms app, and no max wait. Every caller hears by its deadline; what
+/// reaches the app arrives before its deadline with the budget less the wait; the rest are
+/// refused `deadline` and never reach it.
+#[tokio::test(start_paused = true)]
+async fn a_burst_past_its_deadlines_never_reaches_the_app_late() {
+    let s = sidecar(|c| c.inbound.overload_max_wait = Duration::ZERO);
+    let start = Instant::now();
+    let burst: Vec<_> = (0..40)
+        .map(|i| {
+            let business = if i % 2 == 0 { "1" } else { "2" };
+            s.send(get("/after/40", &[(TIMEOUT, "150"), ("x-business-priority", business)]))
+        })
+        .collect();
+    let (mut served, mut refused) = (0, 0);
+    for answer in burst {
+        let (resp, at) = answer.await.unwrap();
+        assert!(at - start <= 150 * MS, "answered at {:?}, past the budget", at - start);
+        match resp.status() {
+            StatusCode::OK => served += 1,
+            StatusCode::SERVICE_UNAVAILABLE => {
+                assert_eq!(header(resp.headers(), "x-weir-shed"), Some("deadline"));
+                refused += 1;
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(served >= 1 && refused >= 20, "{served} served, {refused} refused");
+    let seen = s.app.seen.lock().unwrap();
+    assert_eq!(seen.len(), served, "refused requests never reached the app");
+    for (_, budget, at) in seen.iter() {
+        let waited = (*at - start).as_millis() as u64;
+        assert!(waited < 150, "reached the app {waited} ms in");
+        let left: u64 = budget.as_deref().unwrap().parse().unwrap();
+        assert!((150 - waited).abs_diff(left) <= 1, "forwarded {left} ms after {waited} ms");
+    }
 }
 
 /// Cuts the level until it binds, as a spike would: windows of arrivals over eight business
