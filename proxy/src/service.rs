@@ -122,8 +122,8 @@ impl Inbound<Endpoint> {
 }
 
 impl<A: AppClient> Inbound<A> {
-    /// The inbound role reaching the app through `app` (whose address should be
-    /// `inbound.app`: the protocol probe of `app_protocol: auto` goes there).
+    /// The inbound role reaching the app through `app` (the probe of `app_protocol: auto`
+    /// goes to its address).
     pub fn with_app(
         config: &SidecarConfig,
         shared: Arc<Shared>,
@@ -133,6 +133,7 @@ impl<A: AppClient> Inbound<A> {
         let inbound = &config.inbound;
         let names = Names::new(&inbound.headers)?;
         let shadow = shared.engine.mode() == admission_core::Mode::Shadow;
+        let app_speaks = Upstream::new(app.addr(), inbound.timeouts.app_connect);
         Ok(Inbound {
             routes: shared.waits.as_ref().and_then(|w| w.routes()).filter(|r| r.enabled).cloned(),
             ages: route_level::ages(inbound.retry_after),
@@ -152,7 +153,7 @@ impl<A: AppClient> Inbound<A> {
             queue_policy: QueuePolicy::new(inbound.task_timeout, inbound.overload_max_wait, shadow),
             app,
             app_protocol: inbound.app_protocol,
-            app_speaks: Upstream::new(inbound.app, inbound.timeouts.app_connect),
+            app_speaks,
             max_queued_per_connection: inbound.max_queued_per_connection,
             body_read: inbound.timeouts.body_read,
             write: inbound.timeouts.write,
