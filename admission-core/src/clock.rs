@@ -23,6 +23,13 @@ impl MonotonicClock {
         MonotonicClock { origin: Instant::now() }
     }
 
+    /// A clock whose origin is `origin`: an instant read from the clock the caller's own
+    /// timers run on (a runtime's, which tests may pause), so that no instant it later
+    /// converts with [`Self::nanos_at`] lies before the origin.
+    pub fn starting_at(origin: Instant) -> Self {
+        MonotonicClock { origin }
+    }
+
     /// Converts an `Instant` taken elsewhere (say, at request arrival) to this clock.
     pub fn nanos_at(&self, at: Instant) -> Nanos {
         at.saturating_duration_since(self.origin).as_nanos() as Nanos

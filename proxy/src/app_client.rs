@@ -20,8 +20,13 @@
 //!   connection ([`Lease::place_wanted`]): stalled streams cannot take every place either.
 //! - Connecting is bounded by `timeouts.app_connect`; the caller bounds the response head
 //!   by the request's remaining budget.
+//!
+//! The inbound request path reaches the app through [`AppClient`], which [`Endpoint`]
+//! implements; its tests drive the path with an app of their own (one that answers after a
+//! virtual delay, stalls or fails), in-process and on tokio's paused clock.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
@@ -34,7 +39,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use crate::body::{RequestBody, YieldSignal};
+use crate::body::{AppBody, RequestBody, YieldSignal};
 use crate::refusal::WeirError;
 
 /// An h2c stream's receive window: the most of one response the upstream may send ahead of
@@ -50,6 +55,23 @@ pub const H2_STREAMS_PER_CONNECTION: usize = 256;
 /// The connection's receive window: every stream's window full, with room for two more,
 /// is still less than it, so the streams that are read always have window left.
 pub const H2_CONNECTION_WINDOW: u32 = (H2_STREAMS_PER_CONNECTION as u32 + 2) * H2_STREAM_WINDOW;
+
+/// What the request path needs of its upstream: send one request (its URI already in the
+/// form `protocol` needs) and answer its response head, or why none came. The caller bounds
+/// the wait by the request's budget; the [`Lease`] is settled once the body has been read.
+pub trait AppClient: Send + Sync + 'static {
+    /// The response body.
+    type Body: AppBody;
+
+    /// Where requests go (the `Host` of a request that names none).
+    fn addr(&self) -> SocketAddr;
+
+    fn send(
+        &self,
+        protocol: Protocol,
+        req: Request<RequestBody>,
+    ) -> impl Future<Output = Result<Exchange<Self::Body>, ClientError>> + Send;
+}
 
 /// How the pool is sized and bounded.
 #[derive(Debug, Clone)]
@@ -111,8 +133,8 @@ pub struct Endpoint {
 }
 
 /// The response head, and the connection lease to settle once its body has been read.
-pub struct Exchange {
-    pub response: Response<Incoming>,
+pub struct Exchange<B = Incoming> {
+    pub response: Response<B>,
     pub lease: Lease,
 }
 
@@ -368,6 +390,26 @@ fn lost_before_response(error: &hyper::Error) -> bool {
     false
 }
 
+// === impl AppClient for Endpoint ===
+
+impl AppClient for Endpoint {
+    type Body = Incoming;
+
+    #[inline]
+    fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    #[inline]
+    fn send(
+        &self,
+        protocol: Protocol,
+        req: Request<RequestBody>,
+    ) -> impl Future<Output = Result<Exchange, ClientError>> + Send {
+        Endpoint::send(self, protocol, req)
+    }
+}
+
 // === impl Http1Pool ===
 
 impl Http1Pool {
@@ -409,6 +451,11 @@ impl Http1Pool {
 // === impl Lease ===
 
 impl Lease {
+    /// A lease that holds nothing (an upstream without pooled connections: a test's app).
+    pub fn detached() -> Self {
+        Lease { held: None, stream: None }
+    }
+
     /// For an h2c stream: resolves when a request is waiting for a place on this stream's
     /// connection. A response whose caller has stalled then gives up its place (and its
     /// caller the response) rather than hold up a caller who reads.

@@ -1,5 +1,8 @@
 //! Bodies on the way through, each wait bounded:
 //!
+//! - [`CallerBody`]: the caller's request body as the request path takes it: hyper's own
+//!   (moved, not boxed) or any other [`Body`] (boxed; in-process tests drive the path with
+//!   their own bodies).
 //! - [`RequestBody`]: the caller's request body as the app reads it; the longest gap between
 //!   two pieces is `timeouts.body_read`, and the whole body must arrive within the request's
 //!   budget, so a body that never ends (or trickles) fails instead of holding the exchange
@@ -49,6 +52,68 @@ pub enum BodyStall {
     Aborted,
 }
 
+// === CallerBody ===
+
+/// The caller's request body: hyper's [`Incoming`], as the server skeleton hands it over
+/// (moved, no allocation), or any other body, boxed ([`CallerBody::new`]): the request path
+/// takes either, so its rules can be driven in-process without a socket.
+#[derive(Debug)]
+pub enum CallerBody {
+    Incoming(Incoming),
+    Boxed(http_body_util::combinators::BoxBody<Bytes, BoxError>),
+}
+
+impl CallerBody {
+    /// Any body (boxed once per request): for callers other than hyper's server.
+    pub fn new<B>(body: B) -> Self
+    where
+        B: Body<Data = Bytes> + Send + Sync + 'static,
+        B::Error: Into<BoxError>,
+    {
+        use http_body_util::BodyExt;
+        CallerBody::Boxed(body.map_err(Into::into).boxed())
+    }
+}
+
+impl From<Incoming> for CallerBody {
+    #[inline]
+    fn from(body: Incoming) -> Self {
+        CallerBody::Incoming(body)
+    }
+}
+
+impl Body for CallerBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    #[inline]
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.get_mut() {
+            CallerBody::Incoming(body) => Pin::new(body).poll_frame(cx).map_err(Into::into),
+            CallerBody::Boxed(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        match self {
+            CallerBody::Incoming(body) => body.is_end_stream(),
+            CallerBody::Boxed(body) => body.is_end_stream(),
+        }
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            CallerBody::Incoming(body) => body.size_hint(),
+            CallerBody::Boxed(body) => body.size_hint(),
+        }
+    }
+}
+
 // === RequestBody ===
 
 /// The caller's body, forwarded to the app with a bound on each gap and, once
@@ -60,7 +125,7 @@ pub enum BodyStall {
 pub struct RequestBody {
     read_ahead: VecDeque<Frame<Bytes>>,
     read_ahead_bytes: u64,
-    inner: Option<Incoming>,
+    inner: Option<CallerBody>,
     gap: Duration,
     /// The whole body must have arrived by then.
     deadline: Option<Instant>,
@@ -108,8 +173,8 @@ impl RequestBodyProbe {
 }
 
 impl RequestBody {
-    pub fn new(inner: Incoming, gap: Duration) -> Self {
-        EarlyBody::new(inner).into_request_body(gap)
+    pub fn new(inner: impl Into<CallerBody>, gap: Duration) -> Self {
+        EarlyBody::new(inner.into()).into_request_body(gap)
     }
 
     /// No body at all.
@@ -261,7 +326,7 @@ impl Body for RequestBody {
 pub struct EarlyBody {
     read_ahead: VecDeque<Frame<Bytes>>,
     read_ahead_bytes: u64,
-    inner: Option<Incoming>,
+    inner: Option<CallerBody>,
 }
 
 /// How much of a queued request's body is read ahead; past it, the body waits in the
@@ -269,7 +334,7 @@ pub struct EarlyBody {
 pub const READ_AHEAD_LIMIT: u64 = 64 * 1024;
 
 impl EarlyBody {
-    pub fn new(inner: Incoming) -> Self {
+    pub fn new(inner: CallerBody) -> Self {
         let inner = if inner.is_end_stream() { None } else { Some(inner) };
         EarlyBody { read_ahead: VecDeque::new(), read_ahead_bytes: 0, inner }
     }
@@ -356,6 +421,18 @@ fn watch_epoch() -> Instant {
 
 // === ResponseBody ===
 
+/// A response body from the app (or a downstream) that a [`ResponseBody`] can move to the
+/// caller: hyper's [`Incoming`] from the pooled client, or a test double's.
+pub trait AppBody:
+    Body<Data = Bytes, Error: Into<BoxError> + Send> + Send + Unpin + 'static
+{
+}
+
+impl<B> AppBody for B where
+    B: Body<Data = Bytes, Error: Into<BoxError> + Send> + Send + Unpin + 'static
+{
+}
+
 /// What the caller receives.
 #[derive(Debug)]
 pub struct ResponseBody {
@@ -409,8 +486,8 @@ impl ResponseBody {
 
     /// Moves `body` to the caller through a pump task; `finished` runs as soon as the app's
     /// body has ended (or failed), whether or not the caller has read it yet.
-    pub fn pumped(
-        body: Incoming,
+    pub fn pumped<B: AppBody>(
+        body: B,
         gap: Duration,
         write: Duration,
         finished: impl FnOnce(bool) + Send + 'static,
@@ -429,8 +506,8 @@ impl ResponseBody {
     /// `stall_grace` ([`PumpEvent::CallerStalled`], at most once, before `Ended`). Once
     /// stalled, the exchange is abandoned as soon as `yield_to` is notified (another
     /// request waits for what this one holds), not only after `write`.
-    pub fn pumped_with_events(
-        body: Incoming,
+    pub fn pumped_with_events<B: AppBody>(
+        body: B,
         gap: Duration,
         write: Duration,
         stall_grace: Duration,
@@ -499,8 +576,8 @@ struct Stall {
 }
 
 /// Reads the app's body to its end into the channel, reporting [`PumpEvent`]s.
-async fn pump<E: FnMut(PumpEvent)>(
-    mut body: Incoming,
+async fn pump<B: AppBody, E: FnMut(PumpEvent)>(
+    mut body: B,
     tx: mpsc::Sender<Item>,
     gap: Duration,
     write: Duration,
@@ -519,6 +596,7 @@ async fn pump<E: FnMut(PumpEvent)>(
                 return;
             }
             Ok(Some(Err(e))) => {
+                let e: BoxError = e.into();
                 tracing::debug!(error = %e, "app response body failed");
                 report.ended(false);
                 let _ = tx.try_send(Item::Failed(BodyStall::Aborted));

@@ -20,22 +20,28 @@
 //! 6. **app** ([`forward`]): the request goes to the app with the remaining budget; the
 //!    response head is bounded by it; the in-flight slot is released when the app's
 //!    exchange ends (see [`crate::body`]).
+//!
+//! The path takes any request body ([`CallerBody`]: hyper's, moved, or any other, boxed)
+//! and reaches the app through [`AppClient`] (the pooled [`Endpoint`] in production), and
+//! reads time from tokio's clock only, so its rules are tested in-process on a paused clock
+//! (`service/tests.rs`).
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::*};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use admission_core::audit::Outcome;
 use admission_core::queue_policy::{Door, QueuePolicy, Verdict};
 use admission_core::{Decision, Priority};
 use http::{HeaderName, Method, Request, Response};
 use hyper::body::{Body, Incoming};
+use tokio::time::Instant;
 
-use crate::app_client::{ClientSettings, Endpoint, Protocol};
+use crate::app_client::{AppClient, ClientSettings, Endpoint, Protocol};
 use crate::app_protocol::{self, Choice, Upstream};
-use crate::body::{EarlyBody, PumpEvent, ResponseBody};
+use crate::body::{CallerBody, EarlyBody, PumpEvent, ResponseBody};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::http::{respond, Names};
 use crate::priority::PriorityHeaders;
@@ -59,8 +65,8 @@ const BUFFER_LIMIT: u64 = 64 * 1024;
 /// Shared h2c connections to the app.
 const APP_H2_CONNECTIONS: usize = 2;
 
-/// The inbound role's request path, shared by every connection.
-pub struct Inbound {
+/// The inbound role's request path, shared by every connection; `A` reaches the app.
+pub struct Inbound<A = Endpoint> {
     shared: Arc<Shared>,
     metrics: ProxyMetrics,
     refusals: Refusals,
@@ -71,7 +77,7 @@ pub struct Inbound {
     max_budget: Duration,
     /// The door, the waiter's timer and the dequeue check (shared with the simulator).
     queue_policy: QueuePolicy,
-    app: Endpoint,
+    app: A,
     app_protocol: AppProtocol,
     /// What the app speaks (`app_protocol: auto`), probed and remembered.
     app_speaks: Upstream,
@@ -96,14 +102,14 @@ type Early = Response<ResponseBody>;
 
 // === impl Inbound ===
 
-impl Inbound {
+impl Inbound<Endpoint> {
+    /// The inbound role towards `inbound.app`, through the pooled client.
     pub fn new(
         config: &SidecarConfig,
         shared: Arc<Shared>,
         metrics: ProxyMetrics,
     ) -> Result<Self, String> {
         let inbound = &config.inbound;
-        let names = Names::new(&inbound.headers)?;
         let settings = ClientSettings {
             connect_timeout: inbound.timeouts.app_connect,
             // More idle connections than requests ever at the app at once are never used.
@@ -111,7 +117,23 @@ impl Inbound {
             idle_timeout: inbound.timeouts.app_idle,
             h2_connections: APP_H2_CONNECTIONS,
         };
+        Self::with_app(config, shared, metrics, Endpoint::new(inbound.app, settings))
+    }
+}
+
+impl<A: AppClient> Inbound<A> {
+    /// The inbound role reaching the app through `app` (the probe of `app_protocol: auto`
+    /// goes to its address).
+    pub fn with_app(
+        config: &SidecarConfig,
+        shared: Arc<Shared>,
+        metrics: ProxyMetrics,
+        app: A,
+    ) -> Result<Self, String> {
+        let inbound = &config.inbound;
+        let names = Names::new(&inbound.headers)?;
         let shadow = shared.engine.mode() == admission_core::Mode::Shadow;
+        let app_speaks = Upstream::new(app.addr(), inbound.timeouts.app_connect);
         Ok(Inbound {
             routes: shared.waits.as_ref().and_then(|w| w.routes()).filter(|r| r.enabled).cloned(),
             ages: route_level::ages(inbound.retry_after),
@@ -129,9 +151,9 @@ impl Inbound {
             task_timeout: inbound.task_timeout,
             max_budget: inbound.max_budget(),
             queue_policy: QueuePolicy::new(inbound.task_timeout, inbound.overload_max_wait, shadow),
-            app: Endpoint::new(inbound.app, settings),
+            app,
             app_protocol: inbound.app_protocol,
-            app_speaks: Upstream::new(inbound.app, inbound.timeouts.app_connect),
+            app_speaks,
             max_queued_per_connection: inbound.max_queued_per_connection,
             body_read: inbound.timeouts.body_read,
             write: inbound.timeouts.write,
@@ -147,7 +169,7 @@ impl Inbound {
     }
 
     /// The level layer around everything else.
-    pub async fn serve(self: Arc<Self>, conn: Arc<ConnState>, req: Request<Incoming>) -> Early {
+    pub async fn serve(self: Arc<Self>, conn: Arc<ConnState>, req: Request<CallerBody>) -> Early {
         let _active = self.shared.active_request();
         // The route (with per-route levels on): the normalised path, no query.
         let route: Option<Box<str>> = self
@@ -179,7 +201,7 @@ impl Inbound {
     async fn handle(
         self: &Arc<Self>,
         conn: &ConnState,
-        req: Request<Incoming>,
+        req: Request<CallerBody>,
         route: Option<&str>,
     ) -> Early {
         let arrival = Instant::now();
@@ -223,15 +245,17 @@ impl Inbound {
         // Protocol to the app: under `auto`, the first HTTP/2 request may wait for the probe
         // (bounded by the connect timeout and the budget), before it takes a slot.
         let headers = &parts.headers;
-        let protocol =
-            match self.app_speaks.choose(self.app_protocol, parts.version, headers, deadline).await
-            {
-                Choice::Send(protocol) => protocol,
-                Choice::GrpcNeedsH2 => {
-                    let (status, headers) = app_protocol::grpc_needs_h2_head();
-                    return respond(status, headers);
-                }
-            };
+        let protocol = match self
+            .app_speaks
+            .choose(self.app_protocol, parts.version, headers, deadline.into_std())
+            .await
+        {
+            Choice::Send(protocol) => protocol,
+            Choice::GrpcNeedsH2 => {
+                let (status, headers) = app_protocol::grpc_needs_h2_head();
+                return respond(status, headers);
+            }
+        };
 
         // Queue.
         let waiter = self.waiter(priority, arrival, deadline);
@@ -402,7 +426,7 @@ impl Inbound {
             remaining,
             &self.timeout_header,
         );
-        let sent = tokio::time::timeout_at(deadline.into(), self.app.send(protocol, req)).await;
+        let sent = tokio::time::timeout_at(deadline, self.app.send(protocol, req)).await;
         let crate::app_client::Exchange { response, lease } = match sent {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
@@ -437,7 +461,7 @@ impl Inbound {
         }
         if body.size_hint().exact().is_some_and(|n| n <= BUFFER_LIMIT) {
             use http_body_util::BodyExt;
-            return match tokio::time::timeout_at(deadline.into(), body.collect()).await {
+            return match tokio::time::timeout_at(deadline, body.collect()).await {
                 Ok(Ok(collected)) => {
                     exchange.done();
                     lease.reusable();
@@ -446,6 +470,7 @@ impl Inbound {
                     Response::from_parts(head, body)
                 }
                 Ok(Err(e)) => {
+                    let e: crate::body::BoxError = e.into();
                     tracing::debug!(error = %e, "app response body failed");
                     exchange.failed();
                     self.error(WeirError::AppFailed, grpc)
@@ -488,7 +513,7 @@ impl Inbound {
 
 // === impl Role for Inbound ===
 
-impl LevelStamp for Inbound {
+impl<A: AppClient> LevelStamp for Inbound<A> {
     /// `x-admission-level` (as configured) and the current level.
     fn level_header(&self) -> (&HeaderName, http::HeaderValue) {
         let value = self.refusals.level_value(self.shared.engine.level());
@@ -496,7 +521,7 @@ impl LevelStamp for Inbound {
     }
 }
 
-impl Role for Inbound {
+impl<A: AppClient> Role for Inbound<A> {
     type Conn = ConnState;
 
     fn serve(
@@ -504,6 +529,9 @@ impl Role for Inbound {
         conn: Arc<ConnState>,
         req: Request<Incoming>,
     ) -> impl Future<Output = Early> + Send + 'static {
-        Inbound::serve(self, conn, req)
+        Inbound::serve(self, conn, req.map(CallerBody::from))
     }
 }
+
+#[cfg(test)]
+mod tests;

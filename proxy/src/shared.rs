@@ -4,14 +4,17 @@ use std::sync::atomic::{AtomicBool, Ordering::*};
 use std::sync::Arc;
 
 use admission_core::audit::{AuditCounters, AuditSnapshot};
-use admission_core::AdmissionEngine;
+use admission_core::table::CompiledTable;
+use admission_core::{AdmissionEngine, Clock, MonotonicClock};
 use control_api::{SidecarStatus, SidecarView, TableStore};
 use weir_net::drain::{Tracked, Watch};
 
 use crate::app_time::AppTime;
+use crate::config::SidecarConfig;
 use crate::control_loop::ControlLoop;
 use crate::inflight::InflightLimit;
 use crate::own_time::DownstreamWaits;
+use crate::route_level::RouteState;
 
 /// State shared by the request path, the admin API and the drain logic.
 pub struct Shared {
@@ -47,6 +50,39 @@ pub struct ActiveRequest(#[allow(dead_code)] Tracked);
 // === impl Shared ===
 
 impl Shared {
+    /// The state of a sidecar configured by `config` (validated), serving `table`; `drain`
+    /// is the inbound drain's watch. Not ready until started.
+    pub(crate) fn new(config: &SidecarConfig, table: CompiledTable, drain: Watch) -> Shared {
+        // On the runtime's clock, as the request path's instants are (tests pause it).
+        let origin = tokio::time::Instant::now().into_std();
+        let engine = AdmissionEngine::new(&config.admission, MonotonicClock::starting_at(origin));
+        let control = ControlLoop::new(
+            config.inbound.max_inflight,
+            config.inbound.adaptive_inflight,
+            engine.clock().now(),
+        );
+        let limit = InflightLimit::new(control.limit(), config.inbound.max_queued);
+        // With the egress role on, the app's calls are paired with the requests they serve,
+        // so the limit sees the app's own time, not its downstreams'.
+        let waits = config.egress.enabled.then(|| {
+            let e = &config.egress;
+            let routes = RouteState::new(&e.per_route, e.level_expiry, e.max_authorities);
+            DownstreamWaits::with_routes(limit.clone(), Some(Arc::new(routes)))
+        });
+        Shared {
+            limit,
+            engine,
+            control,
+            audit: Arc::new(AuditCounters::new()),
+            egress_audit: Arc::new(AuditCounters::new()),
+            table: TableStore::new(table),
+            app_time: AppTime::with_cap(config.inbound.task_timeout),
+            waits,
+            drain,
+            ready: AtomicBool::new(false),
+        }
+    }
+
     #[inline]
     pub(crate) fn active_request(&self) -> ActiveRequest {
         ActiveRequest(self.drain.track())

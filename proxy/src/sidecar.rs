@@ -2,24 +2,17 @@
 //! bound addresses, change its in-flight limit, stop it.
 
 use std::net::{SocketAddr, TcpStream};
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use admission_core::audit::AuditCounters;
-use admission_core::{AdmissionEngine, Clock};
-use control_api::{SidecarStatus, SidecarView, TableStore};
+use admission_core::Clock;
+use control_api::{SidecarStatus, SidecarView};
 use tokio::sync::watch;
 
 use crate::admin::AdminThread;
-use crate::app_time::AppTime;
 use crate::config::SidecarConfig;
-use crate::control_loop::ControlLoop;
 pub use crate::error::StartError;
-use crate::inflight::InflightLimit;
-use crate::own_time::DownstreamWaits;
 use crate::plane::HyperPlane;
-use crate::route_level::RouteState;
 pub use crate::shared::{ActiveRequest, Shared};
 use crate::shutdown::StopKind;
 use crate::telemetry::ProxyMetrics;
@@ -54,33 +47,9 @@ impl Sidecar {
         config.validate()?;
         let metrics = ProxyMetrics::register();
         let table = crate::admin::initial_table(&config)?;
-        let engine = AdmissionEngine::with_config(&config.admission);
-        let control = ControlLoop::new(
-            config.inbound.max_inflight,
-            config.inbound.adaptive_inflight,
-            engine.clock().now(),
-        );
-        let limit = InflightLimit::new(control.limit(), config.inbound.max_queued);
-        // With the egress role on, the app's calls are paired with the requests they serve,
-        // so the limit sees the app's own time, not its downstreams'.
-        let waits = config.egress.enabled.then(|| {
-            let e = &config.egress;
-            let routes = RouteState::new(&e.per_route, e.level_expiry, e.max_authorities);
-            DownstreamWaits::with_routes(limit.clone(), Some(Arc::new(routes)))
-        });
         let (drain, watch) = weir_net::drain::channel();
-        let shared = Arc::new(Shared {
-            limit,
-            engine,
-            control,
-            audit: Arc::new(AuditCounters::new()),
-            egress_audit: Arc::new(AuditCounters::new()),
-            table: TableStore::new(table),
-            app_time: AppTime::with_cap(config.inbound.task_timeout),
-            waits: waits.clone(),
-            drain: watch,
-            ready: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(&config, table, watch));
+        let waits = shared.waits.clone();
 
         let admin = AdminThread::start(&config, shared.clone())?;
         let admin_addr = admin.addr();

@@ -16,7 +16,9 @@
 //!   by the queuing-time detector.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use crate::inflight::Slot;
 use crate::own_time::Visit;

@@ -4,7 +4,9 @@
 //! queue policy ([`admission_core::queue_policy`]).
 
 use std::sync::atomic::{AtomicBool, Ordering::*};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use admission_core::queue_policy::{
     Conditions, Door, QueuePolicy, Rates, Step, Verdict, Waiter, Waiters,
@@ -12,11 +14,12 @@ use admission_core::queue_policy::{
 use admission_core::Priority;
 
 use super::{ConnState, Inbound};
+use crate::app_client::AppClient;
 use crate::inflight::{InflightLimit, NoSlot, Slot};
 
 /// A request's place in the queue; whatever ends the wait is accounted for on drop.
-struct Waiting<'a> {
-    inbound: &'a Inbound,
+struct Waiting<'a, A> {
+    inbound: &'a Inbound<A>,
     conn: &'a ConnState,
     /// Set when the sidecar itself refused the waiter (its budget ran out, or the max wait)
     /// and dropped this future: not a caller who left.
@@ -33,7 +36,7 @@ enum Ended {
     Evicted,
 }
 
-impl Inbound {
+impl<A: AppClient> Inbound<A> {
     /// Waits for an in-flight slot in priority order. `Err` = refused (queue full or this
     /// connection's share used up) or evicted by a more important newcomer. In shadow mode
     /// a full queue neither refuses nor evicts; the flag says it would have.
@@ -73,7 +76,7 @@ impl Inbound {
     }
 }
 
-impl Drop for Waiting<'_> {
+impl<A> Drop for Waiting<'_, A> {
     fn drop(&mut self) {
         self.conn.queued.fetch_sub(1, AcqRel);
         let engine = &self.inbound.shared.engine;
@@ -128,10 +131,11 @@ impl<R: Fn() -> Rates> Waiters for SidecarQueue<'_, R> {
     }
 }
 
-impl Inbound {
+impl<A: AppClient> Inbound<A> {
     /// The request as the queue policy sees it, on the engine's clock.
     pub(super) fn waiter(&self, priority: Priority, arrival: Instant, deadline: Instant) -> Waiter {
         let clock = self.shared.engine.clock();
+        let (arrival, deadline) = (arrival.into_std(), deadline.into_std());
         Waiter { priority, arrival: clock.nanos_at(arrival), deadline: clock.nanos_at(deadline) }
     }
 
@@ -139,7 +143,7 @@ impl Inbound {
     pub(super) fn conditions(&self, now: Instant) -> Conditions {
         let engine = &self.shared.engine;
         Conditions {
-            now: engine.clock().nanos_at(now),
+            now: engine.clock().nanos_at(now.into_std()),
             level: engine.level(),
             level_binds: engine.level_binds(),
             typical_app: nanos(self.shared.app_time.typical()),
@@ -174,7 +178,7 @@ impl Inbound {
             return std::future::pending().await;
         };
         loop {
-            tokio::time::sleep_until(clock.instant_at(at).into()).await;
+            tokio::time::sleep_until(Instant::from_std(clock.instant_at(at))).await;
             let now = self.conditions(Instant::now());
             match timer_turn(policy, waiter, &now, &mut self.sidecar_queue()) {
                 Step::Refuse(verdict) => return verdict,

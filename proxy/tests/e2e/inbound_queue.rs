@@ -1,5 +1,7 @@
 //! The pending queue in front of the app: bounded, FIFO, left by callers who hang up, and
 //! guarded at dequeue by the queue policy's deadline check. Also the entry role's header stamping.
+//! The deadline rules themselves (a burst past its deadlines, a spent budget) are tested
+//! in-process on a paused clock: proxy/src/service/tests.rs.
 
 use crate::support;
 
@@ -7,7 +9,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use support::backend::{unix_micros, Backend, BUDGET, SENT_AT};
+use support::backend::Backend;
 use support::client::{Http1, H2};
 use support::eventually;
 
@@ -98,75 +100,6 @@ async fn callers_who_hang_up_while_queued_never_reach_the_app() {
     assert!(app.seen_path("/gone-h1").is_empty());
     assert!(app.seen_path("/gone-h2").is_empty());
     assert!(eventually(WAIT, || weir.status().inflight == 0).await, "slots released");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nothing_reaches_the_app_past_its_deadline() {
-    let app = Backend::start().await;
-    app.set_service_time(Duration::from_millis(40));
-    let weir = support::sidecar(app.addr, |c| {
-        c.inbound.max_inflight = 1;
-        c.inbound.max_queued = 1000;
-        // About the deadline: with the max wait on, the level's cut would refuse part of
-        // this burst as overload (by its wait) before the deadline gate sees it.
-        c.inbound.overload_max_wait = Duration::ZERO;
-    });
-    let url = format!("http://{}/slow", weir.inbound_addr());
-    let client = Http1::new();
-    // 40 requests at once with a 150 ms budget against a 40 ms, one-at-a-time app: the
-    // first few fit, the rest would be past their deadline when their turn comes.
-    let budget_ms = 150u64;
-    let tasks: Vec<_> = (0..40)
-        .map(|i| {
-            let (c, url) = (client.clone(), url.clone());
-            tokio::spawn(async move {
-                let sent = unix_micros().to_string();
-                let budget = budget_ms.to_string();
-                let headers = [
-                    ("x-request-timeout-ms", budget.as_str()),
-                    (SENT_AT, sent.as_str()),
-                    (BUDGET, budget.as_str()),
-                    ("x-business-priority", if i % 2 == 0 { "1" } else { "2" }),
-                ];
-                c.send(http::Method::GET, &url, &headers, support::client::empty()).await.unwrap()
-            })
-        })
-        .collect();
-    let mut served = 0;
-    let mut deadline_refusals = 0;
-    for t in tasks {
-        let resp = t.await.unwrap();
-        resp.level();
-        match resp.status {
-            200 => served += 1,
-            503 => {
-                assert_eq!(resp.header("x-weir-shed"), Some("deadline"));
-                deadline_refusals += 1;
-            }
-            other => panic!("unexpected status {other}"),
-        }
-    }
-    assert!(served >= 1, "the first requests fit in their budget");
-    assert!(deadline_refusals >= 20, "most waited past their deadline: {deadline_refusals}");
-    assert_eq!(app.state.late.load(std::sync::atomic::Ordering::Relaxed), 0, "checked at the app");
-    assert_eq!(app.arrivals(), served, "refused requests never reached the app");
-    // Every forwarded budget was reduced by the time already spent.
-    for seen in app.seen() {
-        let left: u64 = seen.headers["x-request-timeout-ms"].to_str().unwrap().parse().unwrap();
-        assert!(left <= budget_ms, "forwarded {left} ms");
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_expired_budget_is_refused_without_waiting() {
-    let app = Backend::start().await;
-    let weir = support::sidecar(app.addr, |_| {});
-    let resp = Http1::new()
-        .get(&format!("http://{}/echo", weir.inbound_addr()), &[("x-request-timeout-ms", "0")])
-        .await;
-    assert_eq!(resp.status, 503);
-    assert_eq!(resp.header("x-weir-shed"), Some("deadline"));
-    assert_eq!(app.arrivals(), 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

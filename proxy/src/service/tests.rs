@@ -1,0 +1,445 @@
+//! The inbound request path in-process, on tokio's paused clock: no socket, no wall clock.
+//! The app is a test double behind [`AppClient`] that answers after a virtual delay, waits
+//! to be released, stalls or fails; callers are `Request<CallerBody>`s handed to
+//! [`Inbound::serve`]. Every time asserted is virtual, so each figure is exact (to the
+//! timer wheel's millisecond) on any machine, however busy.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use admission_core::config::Law;
+use admission_core::{AdmissionLevel, Priority};
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response, StatusCode, Version};
+use http_body_util::{BodyExt, Empty, Full};
+use tokio::sync::Semaphore;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use super::{ConnState, Inbound};
+use crate::app_client::{AppClient, ClientError, Exchange, Lease, Protocol};
+use crate::body::{CallerBody, RequestBody, ResponseBody};
+use crate::config::{AppProtocol, SidecarConfig};
+use crate::shared::Shared;
+use crate::telemetry::ProxyMetrics;
+
+const MS: Duration = Duration::from_millis(1);
+
+/// The budget header (`inbound.headers.timeout`'s default).
+const TIMEOUT: &str = "x-request-timeout-ms";
+
+// === the app double ===
+
+/// How the app answers, by the request's path:
+/// - `/after/<ms>`: 200 after that many (virtual) milliseconds;
+/// - `/hold`: 200 once the test releases it ([`App::release`]);
+/// - `/stall`: never;
+/// - `/fail`: the connection is refused (as by an app that is down).
+struct App {
+    /// Each request that reached the app: its path, the budget it was sent with, and when.
+    seen: Mutex<Vec<(String, Option<String>, Instant)>>,
+    holds: Semaphore,
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App { seen: Mutex::default(), holds: Semaphore::new(0) }
+    }
+}
+
+impl App {
+    fn paths(&self) -> Vec<String> {
+        self.seen.lock().unwrap().iter().map(|(p, ..)| p.clone()).collect()
+    }
+
+    fn release(&self, n: usize) {
+        self.holds.add_permits(n);
+    }
+}
+
+struct TestApp(Arc<App>);
+
+const APP_ADDR: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 9);
+
+impl AppClient for TestApp {
+    type Body = Full<Bytes>;
+
+    fn addr(&self) -> SocketAddr {
+        APP_ADDR
+    }
+
+    fn send(
+        &self,
+        _protocol: Protocol,
+        req: Request<RequestBody>,
+    ) -> impl Future<Output = Result<Exchange<Full<Bytes>>, ClientError>> + Send {
+        let app = self.0.clone();
+        async move {
+            let path = req.uri().path().to_owned();
+            let budget = req.headers().get(TIMEOUT).map(|v| v.to_str().unwrap().to_owned());
+            app.seen.lock().unwrap().push((path.clone(), budget, Instant::now()));
+            match path.as_str() {
+                "/hold" => app.holds.acquire().await.unwrap().forget(),
+                "/stall" => std::future::pending().await,
+                "/fail" => {
+                    let source = std::io::ErrorKind::ConnectionRefused.into();
+                    return Err(ClientError::Connect { addr: APP_ADDR, source });
+                }
+                _ => {
+                    let ms = path.strip_prefix("/after/").expect("a known path").parse().unwrap();
+                    tokio::time::sleep(Duration::from_millis(ms)).await;
+                }
+            }
+            let response = Response::new(Full::new(Bytes::from_static(b"ok")));
+            Ok(Exchange { response, lease: Lease::detached() })
+        }
+    }
+}
+
+// === the sidecar, in-process ===
+
+struct Sidecar {
+    inbound: Arc<Inbound<TestApp>>,
+    app: Arc<App>,
+    /// One caller connection for every request.
+    conn: Arc<ConnState>,
+    /// Kept: dropping it would start the drain.
+    _drain: weir_net::drain::Drain,
+}
+
+/// The shipped defaults, but for an in-flight limit of one that stays put (so the queue is
+/// easy to fill), HTTP/1.1 to the app (nothing to probe) and the paper's law; `configure`
+/// changes the rest. Tests run on a paused clock (`start_paused`).
+fn sidecar(configure: impl FnOnce(&mut SidecarConfig)) -> Sidecar {
+    let mut config = SidecarConfig::default();
+    config.inbound.max_inflight = 1;
+    config.inbound.adaptive_inflight = false;
+    config.inbound.app_protocol = AppProtocol::Http1;
+    config.admission.law = Law::Dagor;
+    configure(&mut config);
+    config.validate().expect("a valid configuration");
+    let table = crate::admin::initial_table(&config).unwrap();
+    let (drain, watch) = weir_net::drain::channel();
+    let shared = Arc::new(Shared::new(&config, table, watch));
+    let app = Arc::new(App::default());
+    let test_app = TestApp(app.clone());
+    let inbound = Inbound::with_app(&config, shared, ProxyMetrics::register(), test_app).unwrap();
+    Sidecar { inbound: Arc::new(inbound), app, conn: Arc::default(), _drain: drain }
+}
+
+/// A response and the (virtual) instant it was ready.
+type Answered = (Response<ResponseBody>, Instant);
+
+impl Sidecar {
+    fn shared(&self) -> &Shared {
+        self.inbound.shared()
+    }
+
+    /// Sends `req` as a caller would; the task ends with the response (a request the path
+    /// never answers fails the test after a virtual minute instead of hanging it).
+    fn send(&self, req: Request<CallerBody>) -> JoinHandle<Answered> {
+        let serve = self.inbound.clone().serve(self.conn.clone(), req);
+        tokio::spawn(async move {
+            let answered = tokio::time::timeout(Duration::from_secs(60), serve).await;
+            (answered.expect("answered within a (virtual) minute"), Instant::now())
+        })
+    }
+
+    /// Lets every spawned task run as far as it can without time moving, until `done`.
+    async fn settle(&self, what: &str, done: impl Fn(&Self) -> bool) {
+        for _ in 0..1000 {
+            if done(self) {
+                return;
+            }
+            tokio::task::yield_now().await;
+        }
+        panic!("never settled: {what}");
+    }
+}
+
+/// `GET path` with `headers`, no body, over HTTP/1.1.
+fn get(path: &str, headers: &[(&str, &str)]) -> Request<CallerBody> {
+    let mut req = Request::get(path).header("host", "app.test");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    req.body(CallerBody::new(Empty::<Bytes>::new())).unwrap()
+}
+
+/// A gRPC call over HTTP/2 with `grpc-timeout: <ms>m`.
+fn grpc(path: &str, timeout_ms: u64) -> Request<CallerBody> {
+    let timeout = format!("{timeout_ms}m");
+    let mut req = get(path, &[("content-type", "application/grpc"), ("grpc-timeout", &timeout)]);
+    *req.version_mut() = Version::HTTP_2;
+    req
+}
+
+fn priority_headers(p: Priority) -> [(&'static str, String); 2] {
+    [("x-business-priority", p.business.to_string()), ("x-user-priority", p.user.to_string())]
+}
+
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).map(|v| v.to_str().unwrap())
+}
+
+/// Asserts `at` is `after` past `start`, to the timer wheel's millisecond (a timer fires
+/// at the first tick at or past its instant).
+#[track_caller]
+fn assert_at(at: Instant, start: Instant, after: Duration) {
+    let took = at - start;
+    assert!(after <= took && took <= after + MS, "at {took:?}, expected {after:?}");
+}
+
+/// Requests counted with `outcome`, over every class.
+fn counted(s: &Sidecar, outcome: impl Fn(&admission_core::audit::ClassCounts) -> u64) -> u64 {
+    s.shared().audit.snapshot().classes.iter().map(outcome).sum()
+}
+
+async fn body_of(resp: Response<ResponseBody>) -> Bytes {
+    resp.into_body().collect().await.unwrap().to_bytes()
+}
+
+// === the tests ===
+
+/// The plain path: admitted, sent with its remaining budget, answered when the app
+/// answers; the slot is back and the app's time learnt. An app that is down is a 502.
+#[tokio::test(start_paused = true)]
+async fn a_request_is_admitted_forwarded_with_its_budget_and_answered() {
+    let s = sidecar(|_| {});
+    let start = Instant::now();
+    let (resp, at) = s.send(get("/after/40", &[(TIMEOUT, "300")])).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_at(at, start, 40 * MS);
+    let open = s.inbound.refusals.level_value(AdmissionLevel::FULLY_OPEN);
+    assert_eq!(resp.headers().get("x-admission-level"), Some(&open));
+    assert_eq!(body_of(resp).await, "ok");
+    assert_eq!(s.app.seen.lock().unwrap()[0], ("/after/40".into(), Some("300".into()), start));
+    assert_eq!(s.shared().limit.inflight(), 0, "the slot is back");
+    assert_eq!(s.shared().app_time.typical(), 40 * MS);
+    assert_eq!(counted(&s, |c| c.admitted), 1);
+
+    let (resp, at) = s.send(get("/fail", &[])).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::BAD_GATEWAY);
+    assert_eq!(header(resp.headers(), "x-weir-error"), Some("app-unreachable"));
+    assert_at(at, start, 40 * MS);
+    assert_eq!(s.shared().limit.inflight(), 0);
+}
+
+/// The door: with the app's time known (100 ms) and one slot, a newcomer behind one waiter
+/// expects 100 ms of wait plus 100 ms at the app. A budget of 150 ms cannot cover that: it
+/// is refused at once (no time passes), and never reaches the app; 250 ms can: it queues,
+/// and is served.
+#[tokio::test(start_paused = true)]
+async fn the_door_refuses_at_once_what_its_budget_cannot_wait_for() {
+    let s = sidecar(|_| {});
+    s.send(get("/after/100", &[])).await.unwrap();
+    assert_eq!(s.shared().app_time.typical(), 100 * MS);
+
+    let start = Instant::now();
+    let holder = s.send(get("/hold", &[]));
+    let first = s.send(get("/after/100", &[(TIMEOUT, "1000")]));
+    s.settle("one in flight, one waiting", |s| s.shared().limit.queued() == 1).await;
+
+    let (refused, at) = s.send(get("/after/100?short", &[(TIMEOUT, "150")])).await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(refused.headers(), "x-weir-shed"), Some("overload"));
+    assert_eq!(at, start, "refused without waiting");
+
+    let fits = s.send(get("/after/100?fits", &[(TIMEOUT, "250")]));
+    s.settle("two waiting", |s| s.shared().limit.queued() == 2).await;
+    s.app.release(1);
+    assert_eq!(holder.await.unwrap().0.status(), StatusCode::OK);
+    let (first, _) = first.await.unwrap();
+    assert_eq!(first.status(), StatusCode::OK);
+    let (fits, at) = fits.await.unwrap();
+    assert_eq!(fits.status(), StatusCode::OK);
+    assert_at(at, start, 200 * MS);
+    assert_eq!(s.app.paths(), ["/after/100", "/hold", "/after/100", "/after/100"]);
+}
+
+/// A request queued behind a stalled app, its budget 200 ms and the app's time unknown, is
+/// refused as `deadline` exactly when its budget runs out, not a millisecond before, and
+/// never reaches the app. The stalled request itself is answered 504 at its own deadline,
+/// and its slot is free at once: the next one is served.
+#[tokio::test(start_paused = true)]
+async fn a_queued_request_is_refused_when_its_budget_runs_out_and_a_stall_at_its_deadline() {
+    let s = sidecar(|_| {});
+    let start = Instant::now();
+    let stalled = s.send(get("/stall", &[(TIMEOUT, "300")]));
+    s.settle("the app holds one", |s| s.shared().limit.inflight() == 1).await;
+    let queued = s.send(get("/after/1", &[(TIMEOUT, "200")]));
+    let after = s.send(get("/after/10", &[(TIMEOUT, "1000")]));
+    s.settle("two waiting", |s| s.shared().limit.queued() == 2).await;
+
+    tokio::time::sleep_until(start + 199 * MS).await;
+    assert!(!queued.is_finished(), "refused before its budget ran out");
+    let (refused, at) = queued.await.unwrap();
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(refused.headers(), "x-weir-shed"), Some("deadline"));
+    assert_at(at, start, 200 * MS);
+
+    let (timed_out, at) = stalled.await.unwrap();
+    assert_eq!(timed_out.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(header(timed_out.headers(), "x-weir-error"), Some("app-timeout"));
+    assert_at(at, start, 300 * MS);
+    let (served, at) = after.await.unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_at(at, start, 310 * MS);
+    assert_eq!(s.app.paths(), ["/stall", "/after/10"], "nothing past its budget reached the app");
+    assert_eq!(counted(&s, |c| c.shed_deadline), 1);
+
+    // A budget already spent is refused at once.
+    let (spent, at) = s.send(get("/after/1", &[(TIMEOUT, "0")])).await.unwrap();
+    assert_eq!(spent.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(spent.headers(), "x-weir-shed"), Some("deadline"));
+    assert_eq!(at, Instant::now());
+    assert_eq!(s.app.paths().len(), 2);
+}
+
+/// A burst past what the app can serve in its budget: 40 requests at once with 150 ms each,
+/// one at a time to a 40 ms app, and no max wait. Every caller hears by its deadline; what
+/// reaches the app arrives before its deadline with the budget less the wait; the rest are
+/// refused `deadline` and never reach it.
+#[tokio::test(start_paused = true)]
+async fn a_burst_past_its_deadlines_never_reaches_the_app_late() {
+    let s = sidecar(|c| c.inbound.overload_max_wait = Duration::ZERO);
+    let start = Instant::now();
+    let burst: Vec<_> = (0..40)
+        .map(|i| {
+            let business = if i % 2 == 0 { "1" } else { "2" };
+            s.send(get("/after/40", &[(TIMEOUT, "150"), ("x-business-priority", business)]))
+        })
+        .collect();
+    let (mut served, mut refused) = (0, 0);
+    for answer in burst {
+        let (resp, at) = answer.await.unwrap();
+        assert!(at - start <= 150 * MS, "answered at {:?}, past the budget", at - start);
+        match resp.status() {
+            StatusCode::OK => served += 1,
+            StatusCode::SERVICE_UNAVAILABLE => {
+                assert_eq!(header(resp.headers(), "x-weir-shed"), Some("deadline"));
+                refused += 1;
+            }
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert!(served >= 1 && refused >= 20, "{served} served, {refused} refused");
+    let seen = s.app.seen.lock().unwrap();
+    assert_eq!(seen.len(), served, "refused requests never reached the app");
+    for (_, budget, at) in seen.iter() {
+        let waited = (*at - start).as_millis() as u64;
+        assert!(waited < 150, "reached the app {waited} ms in");
+        let left: u64 = budget.as_deref().unwrap().parse().unwrap();
+        assert!((150 - waited).abs_diff(left) <= 1, "forwarded {left} ms after {waited} ms");
+    }
+}
+
+/// Cuts the level until it binds, as a spike would: windows of arrivals over eight business
+/// classes that all waited 100 ms, closed by their count.
+fn overload(shared: &Shared, window_requests: u32) -> AdmissionLevel {
+    let engine = &shared.engine;
+    for _ in 0..100 {
+        if engine.level_binds() {
+            return engine.level();
+        }
+        for i in 0..window_requests {
+            engine.admit(Priority { business: (i % 8) as u8, user: (i * 37 % 128) as u8 });
+        }
+        for _ in 0..window_requests {
+            engine.record_queuing(100 * MS);
+        }
+    }
+    panic!("the level never bound (level {})", engine.level());
+}
+
+/// Two waiters behind a held slot, both admitted by the level: `first`, then 5 ms later
+/// `second`, less important. Returns both answers.
+async fn two_waiters(s: &Sidecar, first: Priority, second: Priority) -> (Answered, Answered) {
+    let start = Instant::now();
+    let holder = s.send(get("/hold", &[("x-business-priority", "0"), ("x-user-priority", "0")]));
+    let send = |p, path| {
+        let [(b, bv), (u, uv)] = priority_headers(p);
+        s.send(get(path, &[(b, &bv), (u, &uv), (TIMEOUT, "1000")]))
+    };
+    let first = send(first, "/after/1?first");
+    s.settle("one waiting", |s| s.shared().limit.queued() == 1).await;
+    tokio::time::sleep(5 * MS).await;
+    let second = send(second, "/after/1?second");
+    s.settle("two waiting", |s| s.shared().limit.queued() == 2).await;
+    // Past the max wait (30 ms) of both.
+    tokio::time::sleep_until(start + 60 * MS).await;
+    s.app.release(1);
+    assert_eq!(holder.await.unwrap().0.status(), StatusCode::OK);
+    (first.await.unwrap(), second.await.unwrap())
+}
+
+/// A sidecar whose level binds (windows of `WINDOW` requests, closed by their count alone:
+/// the engine's own clock is the wall's), and two priorities it admits: the level's own and
+/// the one just more important.
+fn overloaded_sidecar() -> (Sidecar, Priority, Priority) {
+    const WINDOW: u32 = 100;
+    let s = sidecar(|c| {
+        c.admission.window_requests = WINDOW;
+        c.admission.window = Duration::from_secs(3600);
+    });
+    let level = overload(s.shared(), WINDOW);
+    assert!(level.compound() >= 2, "level {level}");
+    let more_important = Priority::from_compound(level.compound() - 1).unwrap();
+    (s, more_important, level.priority())
+}
+
+/// While the level binds, a waiter past the max wait (30 ms) evicts the less important
+/// waiting behind it: the second waiter is refused (`overload`) when the first's max wait
+/// ends, before its own would (35 ms), and never reaches the app; the first is served.
+#[tokio::test(start_paused = true)]
+async fn past_the_max_wait_a_binding_level_evicts_the_less_important_waiters() {
+    let (s, first, second) = overloaded_sidecar();
+    let start = Instant::now();
+    let ((served, _), (evicted, at)) = two_waiters(&s, first, second).await;
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_eq!(evicted.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(header(evicted.headers(), "x-weir-shed"), Some("overload"));
+    assert_at(at, start, 30 * MS);
+    assert_eq!(s.app.paths(), ["/hold", "/after/1"]);
+}
+
+/// The same queue behind an open level (a burst, not a spike): nobody is evicted or waited
+/// out; both waiters keep their budgets and are served.
+#[tokio::test(start_paused = true)]
+async fn behind_an_open_level_waiters_keep_their_budgets_past_the_max_wait() {
+    let s = sidecar(|_| {});
+    let (first, second) = (Priority { business: 3, user: 10 }, Priority { business: 3, user: 11 });
+    assert!(!s.shared().engine.level_binds());
+    let ((a, _), (b, _)) = two_waiters(&s, first, second).await;
+    assert_eq!((a.status(), b.status()), (StatusCode::OK, StatusCode::OK));
+}
+
+/// gRPC callers get every refusal as a trailers-only response (HTTP 200, no body, the status
+/// in the headers): RESOURCE_EXHAUSTED for a call refused in the queue at its
+/// `grpc-timeout`, DEADLINE_EXCEEDED for a call the stalled app did not answer in time.
+#[tokio::test(start_paused = true)]
+async fn grpc_refusals_are_trailers_only_statuses() {
+    let s = sidecar(|_| {});
+    let start = Instant::now();
+    let stalled = s.send(grpc("/stall", 300));
+    s.settle("the app holds one", |s| s.shared().limit.inflight() == 1).await;
+    let (refused, at) = s.send(grpc("/after/1", 100)).await.unwrap();
+    assert_at(at, start, 100 * MS);
+    let (timed_out, at) = stalled.await.unwrap();
+    assert_at(at, start, 300 * MS);
+    for (resp, grpc_status, why) in [
+        (refused, "8", ("x-weir-shed", "deadline")),
+        (timed_out, "4", ("x-weir-error", "app-timeout")),
+    ] {
+        let h = resp.headers();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(header(h, "content-type"), Some("application/grpc"));
+        assert_eq!(header(h, "grpc-status"), Some(grpc_status));
+        assert_eq!(header(h, why.0), Some(why.1));
+        assert!(hyper::body::Body::is_end_stream(resp.body()), "trailers-only: no body");
+    }
+    assert_eq!(s.app.paths(), ["/stall"]);
+}
