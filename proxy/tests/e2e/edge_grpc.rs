@@ -207,7 +207,7 @@ async fn tonic_sees_refusals_as_resource_exhausted() {
 /// The python with grpcio, or `None` (skip) when it is missing outside CI.
 fn grpcio_python() -> Option<PathBuf> {
     let python = std::env::var_os("WEIR_GRPCIO_PYTHON").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("grpcio/.venv/bin/python")
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/grpcio/.venv/bin/python")
     });
     if python.is_file() {
         return Some(python);
@@ -231,7 +231,7 @@ async fn grpcio_calls(
     addr: SocketAddr,
     payloads: &[&str],
 ) -> Vec<serde_json::Value> {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("grpcio/unary_call.py");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../tests/grpcio/unary_call.py");
     let run = tokio::process::Command::new(python)
         .arg(&script)
         .arg(addr.to_string())
