@@ -39,16 +39,17 @@ fn admitted_at(h: &[u32], level: AdmissionLevel) -> u64 {
 
 #[test]
 fn detector_enters_above_threshold_and_leaves_below_exit() {
+    // (More arrived than the app completed: not a burst absorbed, see below.)
     let mut d = OverloadDetector::new(&EngineConfig::default());
-    assert_eq!(d.observe(&window(100, 100, 100, 5)), Zone::Relax);
+    assert_eq!(d.observe(&window(120, 100, 100, 5)), Zone::Relax);
     assert!(!d.overloaded());
-    assert_eq!(d.observe(&window(100, 100, 100, 21)), Zone::Cut);
+    assert_eq!(d.observe(&window(120, 100, 100, 21)), Zone::Cut);
     assert!(d.overloaded());
     // Between exit (10 ms) and entry (20 ms): hold, still overloaded.
-    assert_eq!(d.observe(&window(100, 100, 100, 15)), Zone::Hold);
+    assert_eq!(d.observe(&window(120, 100, 100, 15)), Zone::Hold);
     assert!(d.overloaded());
-    assert_eq!(d.observe(&window(100, 100, 100, 20)), Zone::Hold, "at the threshold is not above");
-    assert_eq!(d.observe(&window(100, 100, 100, 10)), Zone::Relax);
+    assert_eq!(d.observe(&window(120, 100, 100, 20)), Zone::Hold, "at the threshold is not above");
+    assert_eq!(d.observe(&window(120, 100, 100, 10)), Zone::Relax);
     assert!(!d.overloaded());
 }
 
@@ -57,6 +58,24 @@ fn detector_holds_when_nothing_leaves_a_busy_queue() {
     let mut d = OverloadDetector::new(&EngineConfig::default());
     assert_eq!(d.observe(&window(50, 50, 0, 0)), Zone::Hold);
     assert_eq!(d.observe(&window(0, 0, 0, 0)), Zone::Relax);
+}
+
+/// A window whose queue was gone by its close, in which the app completed all that
+/// arrived, absorbed a burst: not an overload, however long the burst's requests waited.
+/// With refusals (arrivals outnumber completions) or a queue left, it is one.
+#[test]
+fn detector_calls_a_burst_absorbed_not_overload() {
+    let mut d = OverloadDetector::new(&EngineConfig::default());
+    let absorbed = WindowSummary { completed: 500, ..window(500, 500, 500, 120) };
+    assert_eq!(d.observe(&absorbed), Zone::Relax);
+    assert!(!d.overloaded());
+    let refused = WindowSummary { completed: 500, ..window(700, 500, 500, 120) };
+    assert_eq!(d.observe(&refused), Zone::Cut);
+    assert!(d.overloaded());
+    let left = WindowSummary { queue_depth: 40, oldest_waiting_ns: 90 * MS, ..absorbed };
+    assert_eq!(d.observe(&left), Zone::Cut);
+    assert_eq!(d.observe(&absorbed), Zone::Relax);
+    assert!(!d.overloaded());
 }
 
 #[test]
