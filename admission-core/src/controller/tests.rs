@@ -453,6 +453,31 @@ fn uncensored_windows_still_open_fully_when_everything_fits() {
     assert_eq!(c.next_level(current, Zone::Relax, &w, &h), AdmissionLevel::FULLY_OPEN);
 }
 
+/// An early-closed window in a burst (1.5x for 300 ms, a queue forming) is judged over the
+/// nominal window's span: after 700 ms of silence the app has room for it, so the level
+/// stays open; after 700 ms at capacity it has none, and the same window cuts.
+#[test]
+fn an_early_window_is_judged_over_a_nominal_windows_span() {
+    let h = uniform(3, 1); // 384 arrivals
+    let mut burst = window(384, 384, 256, 60);
+    (burst.duration_ns, burst.completed, burst.busy_ns, burst.busy_completed) =
+        (300 * MS, 256, 300 * MS, 256);
+    (burst.queue_depth, burst.oldest_waiting_ns) = (128, 120 * MS);
+    let empty = vec![0; COMPOUND_LEVELS];
+    let open = AdmissionLevel::FULLY_OPEN;
+
+    let mut after_lull = capacity_measured_at(1_000);
+    after_lull.next_level(open, Zone::Relax, &silent(700), &empty);
+    assert_eq!(after_lull.next_level(open, Zone::Cut, &burst, &h), open);
+
+    let mut after_load = capacity_measured_at(1_000);
+    let mut busy = window(700, 700, 700, 15);
+    (busy.duration_ns, busy.completed, busy.busy_ns, busy.busy_completed) =
+        (700 * MS, 700, 700 * MS, 700);
+    after_load.next_level(open, Zone::Hold, &busy, &uniform(3, 2));
+    assert!(after_load.next_level(open, Zone::Cut, &burst, &h) < open);
+}
+
 fn silent(duration_ms: u64) -> WindowSummary {
     WindowSummary { duration_ns: duration_ms * MS, ..WindowSummary::default() }
 }
