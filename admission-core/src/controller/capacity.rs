@@ -32,11 +32,13 @@ pub(super) struct CapacityLaw {
 /// (windows closed by their request count) only lose credit, never add it.
 const REMEMBERED_WINDOWS: usize = 32;
 
-/// What the law remembers of a closed window: how long it was and what the app completed.
+/// What the law remembers of a closed window: how long it was, and how long of it the
+/// pending queue was empty (the app had room) and what the app completed meanwhile.
 #[derive(Debug, Clone, Copy)]
 struct PastWindow {
     duration_ns: u64,
-    completed: u64,
+    idle_ns: u64,
+    idle_completed: u64,
 }
 
 impl CapacityLaw {
@@ -57,7 +59,11 @@ impl CapacityLaw {
         if self.recent.len() == REMEMBERED_WINDOWS {
             self.recent.pop_front();
         }
-        self.recent.push_back(PastWindow { duration_ns: w.duration_ns, completed: w.completed });
+        self.recent.push_back(PastWindow {
+            duration_ns: w.duration_ns,
+            idle_ns: w.duration_ns.saturating_sub(w.busy_ns),
+            idle_completed: w.completed.saturating_sub(w.busy_completed),
+        });
         let span = (self.window_secs * 1e9) as u64;
         let mut covered: u64 = self.recent.iter().map(|p| p.duration_ns).sum();
         while let Some(oldest) = self.recent.front() {
@@ -258,7 +264,7 @@ impl CapacityLaw {
         // A window shorter than the nominal one (an early close) is judged over a nominal
         // window's span: what the app left unused in the span's earlier part is room for
         // this window's arrivals (a burst after a lull), once the excess backlog is paid.
-        let credit = if censored { 0.0 } else { self.idle_credit(cap, w, excess) };
+        let credit = if censored { 0.0 } else { self.idle_credit(w, excess) };
         Some(match zone {
             Zone::Cut => {
                 let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
@@ -273,32 +279,33 @@ impl CapacityLaw {
     }
 
     /// The room a window shorter than the nominal one has beyond its own length, in
-    /// requests: over the nominal window that ends with it, the app can complete `cap` per
-    /// second; what it completed in the span's earlier part (the windows remembered) is
-    /// spent, and so is the `excess` backlog waiting now. Zero for a full window, and for
-    /// any part of the span the law has no window for (at start-up: no credit is assumed).
+    /// requests: over the nominal window that ends with it, what the app left unused in the
+    /// span's earlier part (the windows remembered), less the `excess` backlog waiting now.
+    /// Unused is counted only while the pending queue was empty (the app had room): its
+    /// measured rate (`capacity`, no overfeed margin) over that time, less what it completed
+    /// meanwhile; while the queue was busy the app was saturated and nothing is unused. Zero
+    /// for a full window, and for any part of the span the law has no window for (at
+    /// start-up: no credit is assumed).
     ///
     /// DAGOR's signal is sustained queuing, and its window is the nominal one; the early
     /// close exists to see a spike sooner, not to judge a 300 ms burst as if it would last.
     /// A burst of 1.5x for 500 ms after 500 ms of silence fits a 1 s span (0.75x of it);
     /// a step to 3x does not: its span holds the load before it and the backlog it builds.
-    fn idle_credit(&self, cap: f64, w: &WindowSummary, excess: f64) -> f64 {
+    fn idle_credit(&self, w: &WindowSummary, excess: f64) -> f64 {
+        let Some(capacity) = self.capacity_per_sec else { return 0.0 };
         let span = (self.window_secs * 1e9) as u64;
         let mut prior = span.saturating_sub(w.duration_ns);
-        if prior == 0 {
-            return 0.0;
-        }
-        let mut completed = 0.0;
+        let mut unused = 0.0;
         for past in self.recent.iter().rev() {
             if prior == 0 {
                 break;
             }
             let part = past.duration_ns.min(prior);
-            completed += past.completed as f64 * part as f64 / past.duration_ns.max(1) as f64;
+            let share = part as f64 / past.duration_ns.max(1) as f64;
+            let room = capacity * past.idle_ns as f64 / 1e9 - past.idle_completed as f64;
+            unused += room.max(0.0) * share;
             prior -= part;
         }
-        // Time no window covers counts as the app busy throughout.
-        let unused = cap * (span.saturating_sub(w.duration_ns) - prior) as f64 / 1e9 - completed;
         (unused - excess).max(0.0)
     }
 
