@@ -278,12 +278,15 @@ impl<C: Clock> AdmissionEngine<C> {
         } else if self.early_close_ns > 0 && age >= self.early_close_ns {
             let (n, mean) = self.running_queuing();
             let signal = queuing_signal_ns(n, mean, depth as u64, oldest);
-            let overloaded = self.overloaded.load(Relaxed);
-            // Not yet overloaded: the spike has started. Already overloaded: only a queue
-            // far past the threshold (a second spike on top of the first) is worth a short
-            // window; otherwise full windows keep the histogram fine enough for the 1-pp
-            // dial.
-            if signal > self.enter_ns && (!overloaded || signal > 8 * self.enter_ns) {
+            // Already overloaded with a level that refuses: only a queue far past the
+            // threshold (a second spike on top of the first) is worth a short window;
+            // otherwise full windows keep the histogram fine enough for the 1-pp dial.
+            // Not yet overloaded (the spike has started), or overloaded while the level
+            // refuses nothing (the law judged the queue a burst the span has room for):
+            // judge again soon, so a burst that turns out to be a step is cut within
+            // another early window or two.
+            let dialling = self.overloaded.load(Relaxed) && self.level_binds();
+            if signal > self.enter_ns && (!dialling || signal > 8 * self.enter_ns) {
                 self.try_rollover(now, true);
             } else if self.app_has_room(now, age, depth) {
                 // The other way: the level is cut, yet the queue stayed empty and the app

@@ -58,6 +58,10 @@ struct Args {
     /// `from_ms,for_ms`: the app answers nothing meanwhile.
     #[arg(long, value_delimiter = ',')]
     stall: Option<Vec<u64>>,
+    /// `on_ms,off_ms`: bursts; each phase's load runs for `on_ms`, then nothing arrives for
+    /// `off_ms`, repeated (e.g. `--load 1.5 --on-off 500,500`).
+    #[arg(long, value_delimiter = ',')]
+    on_off: Option<Vec<u64>>,
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Print the summary (with every window and the 100 ms trace) as JSON.
@@ -108,6 +112,14 @@ fn main() -> ExitCode {
             return ExitCode::from(64);
         }
     };
+    let on_off = match args.on_off.as_deref() {
+        None => None,
+        Some(&[on, off]) if on > 0 => Some((on, off)),
+        Some(_) => {
+            eprintln!("error: --on-off takes on_ms,off_ms (on_ms > 0)");
+            return ExitCode::from(64);
+        }
+    };
     let laws: Vec<Law> = if args.compare {
         vec![Law::Capacity, Law::Goodput, Law::Dagor]
     } else {
@@ -135,6 +147,7 @@ fn main() -> ExitCode {
                 overload_max_wait: Duration::from_millis(args.overload_max_wait_ms),
                 slowdown,
                 stall,
+                on_off,
                 ..SimConfig::default()
             })
         })

@@ -78,6 +78,9 @@ pub struct SimConfig {
     pub slowdown: Option<(u32, u32, f64)>,
     /// `(from ms, for ms)`: the app answers nothing meanwhile.
     pub stall: Option<(u64, u64)>,
+    /// `(on ms, off ms)`: bursts. Within each phase the load runs for `on` ms, then nothing
+    /// arrives for `off` ms, repeated (the phase's load is the burst's, not the average).
+    pub on_off: Option<(u64, u64)>,
 }
 
 impl Default for SimConfig {
@@ -99,6 +102,7 @@ impl Default for SimConfig {
             overload_max_wait: Duration::from_millis(30),
             slowdown: None,
             stall: None,
+            on_off: None,
         }
     }
 }
@@ -121,6 +125,30 @@ impl SimConfig {
     fn steady_from(&self) -> usize {
         let last_phase_start = self.phase_len() * (self.phases.len() - 1);
         (last_phase_start + self.phase_len() / 2).min(self.seconds.saturating_sub(1) as usize)
+    }
+
+    /// The offered load at `ns` (a multiple of capacity): the phase's, or nothing in the
+    /// off part of an on/off cycle.
+    fn rate_at(&self, ns: u64) -> f64 {
+        match self.on_off {
+            Some((on, off)) if ns % ((on + off) * MS) >= on * MS => 0.0,
+            _ => self.load_at((ns / SEC) as u32),
+        }
+    }
+
+    /// The next instant after `ns` at which the offered load may change: a phase boundary
+    /// (a whole second) or an on/off edge.
+    fn next_rate_change(&self, ns: u64) -> u64 {
+        let second = (ns / SEC + 1) * SEC;
+        match self.on_off {
+            Some((on, off)) => {
+                let period = (on + off) * MS;
+                let start = ns - ns % period;
+                let edge = if ns - start < on * MS { start + on * MS } else { start + period };
+                edge.min(second)
+            }
+            None => second,
+        }
     }
 
     fn service_ns_at(&self, now: u64) -> u64 {
@@ -342,11 +370,36 @@ pub fn run(cfg: &SimConfig) -> Summary {
     let mut next_tick = tick_ns;
     let mut next_trace = 0u64;
     let sample_gap = |rng: &mut StdRng, at: u64| -> u64 {
-        let rate = cfg.load_at((at / SEC) as u32) * capacity / SEC as f64;
+        let rate = cfg.rate_at(at) * capacity / SEC as f64;
         let exp = Exp::new(rate.max(1e-12)).unwrap_or_else(|_| Exp::new(1e-12).expect("valid"));
         (exp.sample(rng).ceil() as u64).max(1)
     };
-    let mut next_arrival = sample_gap(&mut rng, 0);
+    // The next arrival after one at `now`. Memoryless: where the rate changes before the
+    // sampled gap ends, the gap restarts at the change with the new rate.
+    let next_arrival_after = |rng: &mut StdRng, now: u64| -> u64 {
+        let next = now + sample_gap(rng, now);
+        if cfg.on_off.is_none() {
+            // Phases: a whole second each.
+            if cfg.rate_at(now) == cfg.rate_at(next) {
+                return next;
+            }
+            let phase_end = (now / SEC + 1) * SEC;
+            return phase_end + sample_gap(rng, phase_end);
+        }
+        let (mut at, mut next) = (now, next);
+        loop {
+            let change = cfg.next_rate_change(at);
+            if next < change && cfg.rate_at(at) > 0.0 {
+                return next;
+            }
+            if change >= end {
+                return if cfg.rate_at(at) > 0.0 { next } else { end };
+            }
+            at = change;
+            next = at + if cfg.rate_at(at) > 0.0 { sample_gap(rng, at) } else { 0 };
+        }
+    };
+    let mut next_arrival = next_arrival_after(&mut rng, 0);
     let stall = cfg.stall.map(|(from, len)| (from * MS, (from + len) * MS));
 
     while now < end {
@@ -385,12 +438,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
                 in_service.push(Reverse((now + cfg.service_ns_at(now), id, at)));
             }
         } else if now == next_arrival {
-            let phase_end = (now / SEC + 1) * SEC;
-            next_arrival = now + sample_gap(&mut rng, now);
-            if cfg.load_at((now / SEC) as u32) != cfg.load_at((next_arrival / SEC) as u32) {
-                // Memoryless: restart the gap at the phase boundary with the new rate.
-                next_arrival = phase_end + sample_gap(&mut rng, phase_end);
-            }
+            next_arrival = next_arrival_after(&mut rng, now);
             let u: f64 = rng.random();
             let class = mix_cdf.iter().position(|&c| u < c).unwrap_or(classes - 1) as u8;
             let user = user_levels[rng.random_range(0..cfg.users) as usize];

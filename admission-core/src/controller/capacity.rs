@@ -2,6 +2,8 @@
 //! was busy), less what drains an excess backlog; behind callers that run weir's egress
 //! (a censored histogram), open past what arrived by the spare room rather than fully.
 
+use std::collections::VecDeque;
+
 use super::histogram::{arrivals_beyond, level_binds, level_for_target, step_above};
 use super::law::ControlLaw;
 use super::window::{secs, WindowSummary, Zone};
@@ -18,8 +20,25 @@ pub(super) struct CapacityLaw {
     /// Whether that figure was measured saturated, or is only a lower bound seen while
     /// the app had spare room (which a first saturated window replaces outright).
     capacity_measured: bool,
-    /// The nominal window, seconds: the law drains excess backlog over it.
+    /// The nominal window, seconds: the law drains excess backlog over it, and judges a
+    /// shorter window over a span of it (see [`CapacityLaw::idle_credit`]).
     window_secs: f64,
+    /// The windows before this one, oldest first, as far back as one nominal window.
+    recent: VecDeque<PastWindow>,
+}
+
+/// At most this many past windows are remembered: windows close early no sooner than
+/// `early_close_after` (100 ms by default), so a nominal window holds about ten; more
+/// (windows closed by their request count) only lose credit, never add it.
+const REMEMBERED_WINDOWS: usize = 32;
+
+/// What the law remembers of a closed window: how long it was, and how long of it the
+/// pending queue was empty (the app had room) and what the app completed meanwhile.
+#[derive(Debug, Clone, Copy)]
+struct PastWindow {
+    duration_ns: u64,
+    idle_ns: u64,
+    idle_completed: u64,
 }
 
 impl CapacityLaw {
@@ -30,12 +49,58 @@ impl CapacityLaw {
             capacity_per_sec: None,
             capacity_measured: false,
             window_secs: config.window.as_secs_f64().max(1e-3),
+            recent: VecDeque::with_capacity(REMEMBERED_WINDOWS),
+        }
+    }
+
+    /// Remembers a closed window, and forgets those that ended a nominal window before it
+    /// (and the oldest beyond [`REMEMBERED_WINDOWS`]: the rollover never allocates).
+    fn remember(&mut self, w: &WindowSummary) {
+        if self.recent.len() == REMEMBERED_WINDOWS {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(PastWindow {
+            duration_ns: w.duration_ns,
+            idle_ns: w.duration_ns.saturating_sub(w.busy_ns),
+            idle_completed: w.completed.saturating_sub(w.busy_completed),
+        });
+        let span = (self.window_secs * 1e9) as u64;
+        let mut covered: u64 = self.recent.iter().map(|p| p.duration_ns).sum();
+        while let Some(oldest) = self.recent.front() {
+            if covered.saturating_sub(oldest.duration_ns) < span {
+                break;
+            }
+            covered -= oldest.duration_ns;
+            self.recent.pop_front();
         }
     }
 }
 
 impl ControlLaw for CapacityLaw {
     fn next_level(
+        &mut self,
+        current: AdmissionLevel,
+        zone: Zone,
+        w: &WindowSummary,
+        histogram: &[u32],
+    ) -> AdmissionLevel {
+        let next = self.decide(current, zone, w, histogram);
+        self.remember(w);
+        next
+    }
+
+    fn observe_idle(&mut self, zone: Zone, w: &WindowSummary) {
+        self.observe_completions(zone, w, false);
+        self.remember(w);
+    }
+
+    fn capacity_estimate(&self) -> Option<f64> {
+        self.capacity_per_sec
+    }
+}
+
+impl CapacityLaw {
+    fn decide(
         &mut self,
         current: AdmissionLevel,
         zone: Zone,
@@ -97,14 +162,6 @@ impl ControlLaw for CapacityLaw {
             return next;
         }
         self.keep_top_class(next, histogram, w)
-    }
-
-    fn observe_idle(&mut self, zone: Zone, w: &WindowSummary) {
-        self.observe_completions(zone, w, false);
-    }
-
-    fn capacity_estimate(&self) -> Option<f64> {
-        self.capacity_per_sec
     }
 }
 
@@ -202,19 +259,54 @@ impl CapacityLaw {
         let margin = if censored { CENSORED_MARGIN } else { CAPACITY_MARGIN };
         let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
         let per_window = cap * secs(w);
+        let allowed = cap * BACKLOG_KEPT_EXITS * self.exit_ns as f64 / 1e9;
+        let excess = (w.queue_depth as f64 - allowed).max(0.0);
+        // A window shorter than the nominal one (an early close) is judged over a nominal
+        // window's span: what the app left unused in the span's earlier part is room for
+        // this window's arrivals (a burst after a lull), once the excess backlog is paid.
+        let credit = if censored { 0.0 } else { self.idle_credit(w, excess) };
         Some(match zone {
             Zone::Cut => {
-                let allowed = cap * BACKLOG_KEPT_EXITS * self.exit_ns as f64 / 1e9;
-                let excess = (w.queue_depth as f64 - allowed).max(0.0);
                 let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
-                (cap - drain_rate) * secs(w)
+                (cap - drain_rate) * secs(w) + credit
             }
-            Zone::Hold => per_window,
+            Zone::Hold => per_window + credit,
             // Censored, what was admitted says nothing about the demand (callers refused
             // the rest): the rate alone (its probes are in `observe_completions`).
             Zone::Relax if censored => per_window,
             Zone::Relax => per_window.max((1.0 + self.beta) * w.admitted as f64),
         })
+    }
+
+    /// The room a window shorter than the nominal one has beyond its own length, in
+    /// requests: over the nominal window that ends with it, what the app left unused in the
+    /// span's earlier part (the windows remembered), less the `excess` backlog waiting now.
+    /// Unused is counted only while the pending queue was empty (the app had room): its
+    /// measured rate (`capacity`, no overfeed margin) over that time, less what it completed
+    /// meanwhile; while the queue was busy the app was saturated and nothing is unused. Zero
+    /// for a full window, and for any part of the span the law has no window for (at
+    /// start-up: no credit is assumed).
+    ///
+    /// DAGOR's signal is sustained queuing, and its window is the nominal one; the early
+    /// close exists to see a spike sooner, not to judge a 300 ms burst as if it would last.
+    /// A burst of 1.5x for 500 ms after 500 ms of silence fits a 1 s span (0.75x of it);
+    /// a step to 3x does not: its span holds the load before it and the backlog it builds.
+    fn idle_credit(&self, w: &WindowSummary, excess: f64) -> f64 {
+        let Some(capacity) = self.capacity_per_sec else { return 0.0 };
+        let span = (self.window_secs * 1e9) as u64;
+        let mut prior = span.saturating_sub(w.duration_ns);
+        let mut unused = 0.0;
+        for past in self.recent.iter().rev() {
+            if prior == 0 {
+                break;
+            }
+            let part = past.duration_ns.min(prior);
+            let share = part as f64 / past.duration_ns.max(1) as f64;
+            let room = capacity * past.idle_ns as f64 / 1e9 - past.idle_completed as f64;
+            unused += room.max(0.0) * share;
+            prior -= part;
+        }
+        (unused - excess).max(0.0)
     }
 
     /// Updates the capacity estimate from a window's completions. While the queue was

@@ -37,6 +37,14 @@ impl OverloadDetector {
                 Zone::Relax
             };
         }
+        if signal > self.exit_ns && burst_absorbed(w) {
+            // The queue held a burst and the app served it within the window: the wait was
+            // the burst's, not a sustained overload's (DAGOR's signal). A step past capacity
+            // never empties the queue, nor does the app complete what arrives, so it is
+            // still cut within the window.
+            self.overloaded = false;
+            return Zone::Relax;
+        }
         if signal > self.enter_ns {
             self.overloaded = true;
             Zone::Cut
@@ -47,4 +55,11 @@ impl OverloadDetector {
             Zone::Relax
         }
     }
+}
+
+/// The queue that formed in the window was gone by its close, and the app completed at
+/// least as many requests as arrived (refused ones included: a level that refuses anything
+/// makes arrivals outnumber completions): a burst absorbed, not an overload.
+pub fn burst_absorbed(w: &WindowSummary) -> bool {
+    w.queue_depth == 0 && w.oldest_waiting_ns == 0 && w.arrivals > 0 && w.completed >= w.arrivals
 }

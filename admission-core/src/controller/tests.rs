@@ -39,16 +39,17 @@ fn admitted_at(h: &[u32], level: AdmissionLevel) -> u64 {
 
 #[test]
 fn detector_enters_above_threshold_and_leaves_below_exit() {
+    // (More arrived than the app completed: not a burst absorbed, see below.)
     let mut d = OverloadDetector::new(&EngineConfig::default());
-    assert_eq!(d.observe(&window(100, 100, 100, 5)), Zone::Relax);
+    assert_eq!(d.observe(&window(120, 100, 100, 5)), Zone::Relax);
     assert!(!d.overloaded());
-    assert_eq!(d.observe(&window(100, 100, 100, 21)), Zone::Cut);
+    assert_eq!(d.observe(&window(120, 100, 100, 21)), Zone::Cut);
     assert!(d.overloaded());
     // Between exit (10 ms) and entry (20 ms): hold, still overloaded.
-    assert_eq!(d.observe(&window(100, 100, 100, 15)), Zone::Hold);
+    assert_eq!(d.observe(&window(120, 100, 100, 15)), Zone::Hold);
     assert!(d.overloaded());
-    assert_eq!(d.observe(&window(100, 100, 100, 20)), Zone::Hold, "at the threshold is not above");
-    assert_eq!(d.observe(&window(100, 100, 100, 10)), Zone::Relax);
+    assert_eq!(d.observe(&window(120, 100, 100, 20)), Zone::Hold, "at the threshold is not above");
+    assert_eq!(d.observe(&window(120, 100, 100, 10)), Zone::Relax);
     assert!(!d.overloaded());
 }
 
@@ -57,6 +58,24 @@ fn detector_holds_when_nothing_leaves_a_busy_queue() {
     let mut d = OverloadDetector::new(&EngineConfig::default());
     assert_eq!(d.observe(&window(50, 50, 0, 0)), Zone::Hold);
     assert_eq!(d.observe(&window(0, 0, 0, 0)), Zone::Relax);
+}
+
+/// A window whose queue was gone by its close, in which the app completed all that
+/// arrived, absorbed a burst: not an overload, however long the burst's requests waited.
+/// With refusals (arrivals outnumber completions) or a queue left, it is one.
+#[test]
+fn detector_calls_a_burst_absorbed_not_overload() {
+    let mut d = OverloadDetector::new(&EngineConfig::default());
+    let absorbed = WindowSummary { completed: 500, ..window(500, 500, 500, 120) };
+    assert_eq!(d.observe(&absorbed), Zone::Relax);
+    assert!(!d.overloaded());
+    let refused = WindowSummary { completed: 500, ..window(700, 500, 500, 120) };
+    assert_eq!(d.observe(&refused), Zone::Cut);
+    assert!(d.overloaded());
+    let left = WindowSummary { queue_depth: 40, oldest_waiting_ns: 90 * MS, ..absorbed };
+    assert_eq!(d.observe(&left), Zone::Cut);
+    assert_eq!(d.observe(&absorbed), Zone::Relax);
+    assert!(!d.overloaded());
 }
 
 #[test]
@@ -432,6 +451,31 @@ fn uncensored_windows_still_open_fully_when_everything_fits() {
     let mut w = window(7_500, 5_000, 5_000, 1);
     w.completed = 5_000;
     assert_eq!(c.next_level(current, Zone::Relax, &w, &h), AdmissionLevel::FULLY_OPEN);
+}
+
+/// An early-closed window in a burst (1.5x for 300 ms, a queue forming) is judged over the
+/// nominal window's span: after 700 ms of silence the app has room for it, so the level
+/// stays open; after 700 ms at capacity it has none, and the same window cuts.
+#[test]
+fn an_early_window_is_judged_over_a_nominal_windows_span() {
+    let h = uniform(3, 1); // 384 arrivals
+    let mut burst = window(384, 384, 256, 60);
+    (burst.duration_ns, burst.completed, burst.busy_ns, burst.busy_completed) =
+        (300 * MS, 256, 300 * MS, 256);
+    (burst.queue_depth, burst.oldest_waiting_ns) = (128, 120 * MS);
+    let empty = vec![0; COMPOUND_LEVELS];
+    let open = AdmissionLevel::FULLY_OPEN;
+
+    let mut after_lull = capacity_measured_at(1_000);
+    after_lull.next_level(open, Zone::Relax, &silent(700), &empty);
+    assert_eq!(after_lull.next_level(open, Zone::Cut, &burst, &h), open);
+
+    let mut after_load = capacity_measured_at(1_000);
+    let mut busy = window(700, 700, 700, 15);
+    (busy.duration_ns, busy.completed, busy.busy_ns, busy.busy_completed) =
+        (700 * MS, 700, 700 * MS, 700);
+    after_load.next_level(open, Zone::Hold, &busy, &uniform(3, 2));
+    assert!(after_load.next_level(open, Zone::Cut, &burst, &h) < open);
 }
 
 fn silent(duration_ms: u64) -> WindowSummary {
