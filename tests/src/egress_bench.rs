@@ -28,7 +28,7 @@ use hdrhistogram::Histogram;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use rand::Rng;
 use serde::Serialize;
 use std::fmt::Write as _;
@@ -316,7 +316,9 @@ impl Graph {
         // weir A is up, and given to app A before any load.
         let app_a =
             Arc::new(AppA::new(b_in.to_string(), self.calls, self.random_user, self.work_iters));
-        let app_a_addr = app_a.clone().serve().await?;
+        // Serves until the end of this run.
+        let app_a_server = app_a.clone().serve().await?;
+        let app_a_addr = app_a_server.addr();
         let max_authorities = if self.propagation { 64 } else { 0 };
         let a_yaml = format!(
             "inbound:\n  listen: 127.0.0.1:0\n  app: {app_a_addr}\n  entry: true\n  threads: 1\n\
@@ -515,29 +517,12 @@ impl AppA {
     }
 
     /// Binds an ephemeral port and serves until the runtime ends.
-    async fn serve(self: Arc<Self>) -> anyhow::Result<SocketAddr> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let app = self.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let app = app.clone();
-                        async move { Ok::<_, std::convert::Infallible>(app.handle(req).await) }
-                    });
-                    let builder =
-                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    let _ = builder.serve_connection(TokioIo::new(stream), service).await;
-                });
-            }
-        });
-        Ok(addr)
+    async fn serve(self: Arc<Self>) -> anyhow::Result<weir_workload::backend::HttpServer> {
+        let handler = move |req| {
+            let app = self.clone();
+            async move { app.handle(req).await }
+        };
+        Ok(weir_workload::backend::HttpServer::bind(([127, 0, 0, 1], 0).into(), handler).await?)
     }
 
     async fn handle(&self, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
+use weir_workload::backend::HttpServer;
 
 use super::client::{REQUEST_ID, TRACEPARENT};
 
@@ -256,36 +257,19 @@ impl HopApp {
     }
 
     /// Binds an ephemeral port on 127.0.0.1 and serves until the returned guard is dropped.
-    pub async fn serve(self: Arc<Self>) -> anyhow::Result<(SocketAddr, ServeGuard)> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let task = tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let app = self.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let app = app.clone();
-                        async move {
-                            // Its own task: a caller that hangs up does not stop the work
-                            // (a thread does not notice a closed socket either).
-                            let answer = tokio::spawn(async move { app.handle(req).await })
-                                .await
-                                .unwrap_or_else(|_| answer(500, "app-panic".into(), None));
-                            Ok::<_, std::convert::Infallible>(answer)
-                        }
-                    });
-                    let builder =
-                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    let _ = builder.serve_connection(TokioIo::new(stream), service).await;
-                });
+    pub async fn serve(self: Arc<Self>) -> anyhow::Result<(SocketAddr, HttpServer)> {
+        let handler = move |req| {
+            let app = self.clone();
+            async move {
+                // Its own task: a caller that hangs up does not stop the work (a thread does
+                // not notice a closed socket either).
+                tokio::spawn(async move { app.handle(req).await })
+                    .await
+                    .unwrap_or_else(|_| answer(500, "app-panic".into(), None))
             }
-        });
-        Ok((addr, ServeGuard(task)))
+        };
+        let server = HttpServer::bind(([127, 0, 0, 1], 0).into(), handler).await?;
+        Ok((server.addr(), server))
     }
 
     async fn handle(&self, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
@@ -423,15 +407,6 @@ impl HopApp {
                 Some(answer(if status == 504 { 504 } else { 502 }, place, None))
             }
         }
-    }
-}
-
-/// Stops an app's accept loop when dropped.
-pub struct ServeGuard(tokio::task::JoinHandle<()>);
-
-impl Drop for ServeGuard {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -14,10 +14,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::app::{Downstream, HopApp, HopAppConfig, ServeGuard};
+use super::app::{Downstream, HopApp, HopAppConfig};
 use crate::backend::{BackendConfig, CapacityBackend};
 use crate::contender::{self, Contender, Kind};
 use crate::load::Protocol;
+use weir_workload::backend::HttpServer;
 
 /// What sits in front of each app.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -182,7 +183,8 @@ pub struct Graph {
     pub c: Arc<CapacityBackend>,
     // Dropped in declaration order: proxies first, then the apps' accept loops.
     _proxies: Vec<Contender>,
-    _guards: Vec<ServeGuard>,
+    /// The apps' servers: dropping one stops it.
+    _guards: Vec<HttpServer>,
     _dir: tempfile::TempDir,
 }
 

@@ -25,7 +25,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Empty, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
@@ -266,7 +266,9 @@ async fn run_variant(
     };
     let forward_ids = variant != Variant::DefaultsEgressOnNoIds;
     let app_a = Arc::new(AppA::new(config.a_workers, config.a_work, call, forward_ids));
-    let app_a_addr = app_a.clone().serve().await?;
+    // Serves until the end of this variant.
+    let app_a_server = app_a.clone().serve().await?;
+    let app_a_addr = app_a_server.addr();
 
     let weir_a = if sidecars {
         let (listen, admin) = ("127.0.0.1:0", "127.0.0.1:0");
@@ -386,29 +388,12 @@ impl AppA {
         AppA { workers: Semaphore::new(workers), work, downstream, forward_ids, client }
     }
 
-    async fn serve(self: Arc<Self>) -> anyhow::Result<SocketAddr> {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        tokio::spawn(async move {
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    tokio::time::sleep(Duration::from_millis(5)).await;
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                let app = self.clone();
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |req| {
-                        let app = app.clone();
-                        async move { Ok::<_, std::convert::Infallible>(app.handle(req).await) }
-                    });
-                    let builder =
-                        hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                    let _ = builder.serve_connection(TokioIo::new(stream), service).await;
-                });
-            }
-        });
-        Ok(addr)
+    async fn serve(self: Arc<Self>) -> anyhow::Result<weir_workload::backend::HttpServer> {
+        let handler = move |req| {
+            let app = self.clone();
+            async move { app.handle(req).await }
+        };
+        Ok(weir_workload::backend::HttpServer::bind(([127, 0, 0, 1], 0).into(), handler).await?)
     }
 
     async fn handle(&self, req: hyper::Request<Incoming>) -> hyper::Response<Full<Bytes>> {
