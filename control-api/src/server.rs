@@ -18,6 +18,13 @@ use crate::persist::{digest, StateFile};
 use crate::status::SidecarView;
 use crate::store::{SwapError, TableStore};
 
+/// How long a table-check permit stays taken after an unauthenticated check, as a
+/// multiple of the time the check took: 3 means a permit runs checks at most a quarter of
+/// the time, so the default two permits cost at most half a core (the parse of a 1 MiB
+/// table in a release build takes tens of milliseconds; the operator's writes, which have
+/// their own permit, and the data plane keep the rest).
+pub const CHECK_COOLDOWN_FACTOR: f64 = 3.0;
+
 pub struct ControlPlane {
     pub(crate) cfg: AdminConfig,
     pub(crate) table: Arc<TableStore>,
@@ -137,20 +144,43 @@ impl ControlPlane {
         }
     }
 
-    /// Runs `job` (an unauthenticated table parse and validation) on the blocking pool, so
-    /// the admin runtime keeps answering probes and metrics whatever the body costs. At
-    /// most `max_concurrent_table_checks` run at once; past that the caller gets 503 at
-    /// once instead of a queue an attacker could fill.
-    pub(crate) async fn check_table<T: Send + 'static>(
-        self: &Arc<Self>,
-        job: impl FnOnce(&ControlPlane) -> Result<T, ControlError> + Send + 'static,
-    ) -> Result<T, ControlError> {
-        let permit = self
-            .table_checks
+    /// A permit for one unauthenticated table check, or 503 at once when all
+    /// `max_concurrent_table_checks` are taken. Taken before the body is read: a refused
+    /// validation costs its head, never a read of up to `max_body_bytes`.
+    pub(crate) fn table_check_permit(
+        &self,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, ControlError> {
+        self.table_checks
             .clone()
             .try_acquire_owned()
-            .map_err(|_| ControlError::Busy(self.cfg.max_concurrent_table_checks))?;
-        self.run_blocking(permit, job).await
+            .map_err(|_| ControlError::Busy(self.cfg.max_concurrent_table_checks))
+    }
+
+    /// Runs `job` (an unauthenticated table parse and validation) on the blocking pool with
+    /// `permit` (from [`ControlPlane::table_check_permit`]), so the admin runtime keeps
+    /// answering probes and metrics whatever the body costs. The permit is then held for a
+    /// cool-down of [`CHECK_COOLDOWN_FACTOR`] times the time the check took, so each permit
+    /// runs checks at most `1 / (1 + factor)` of the time: unauthenticated callers get at
+    /// most `max_concurrent_table_checks / (1 + factor)` of a core, whatever they send.
+    pub(crate) async fn check_table<T: Send + 'static>(
+        self: &Arc<Self>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        job: impl FnOnce(&ControlPlane) -> Result<T, ControlError> + Send + 'static,
+    ) -> Result<T, ControlError> {
+        let plane = self.clone();
+        let (result, took) = tokio::task::spawn_blocking(move || {
+            let started = std::time::Instant::now();
+            let result = job(&plane);
+            (result, started.elapsed())
+        })
+        .await
+        .map_err(|e| ControlError::Internal(format!("table check task: {e}")))?;
+        let cooldown = took.mul_f64(CHECK_COOLDOWN_FACTOR);
+        tokio::spawn(async move {
+            tokio::time::sleep(cooldown).await;
+            drop(permit);
+        });
+        result
     }
 
     /// Runs an authenticated table write (parse, validate, persist, swap) on the blocking
