@@ -46,6 +46,8 @@ pub struct ControlPlane {
     /// Permits for unauthenticated table validations on the blocking pool (see
     /// [`ControlPlane::check_table`]).
     table_checks: Arc<Semaphore>,
+    /// The threads those validations run on, at the lowest CPU priority.
+    check_threads: CheckThreads,
     /// The one permit of authenticated table writes (see [`ControlPlane::write_table`]):
     /// a flood of validations cannot lock the operator out.
     table_writes: Arc<Semaphore>,
@@ -98,6 +100,8 @@ impl ControlPlane {
             background_started: AtomicBool::new(false),
             stop_background: watch::channel(false).0,
             table_checks: Arc::new(Semaphore::new(cfg_checks)),
+            check_threads: CheckThreads::start(cfg_checks)
+                .map_err(|e| ControlError::Internal(format!("table check threads: {e}")))?,
             table_writes: Arc::new(Semaphore::new(1)),
         }))
     }
@@ -156,9 +160,11 @@ impl ControlPlane {
             .map_err(|_| ControlError::Busy(self.cfg.max_concurrent_table_checks))
     }
 
-    /// Runs `job` (an unauthenticated table parse and validation) on the blocking pool with
-    /// `permit` (from [`ControlPlane::table_check_permit`]), so the admin runtime keeps
-    /// answering probes and metrics whatever the body costs. The permit is then held for a
+    /// Runs `job` (an unauthenticated table parse and validation) with `permit` (from
+    /// [`ControlPlane::table_check_permit`]) on one of the check threads, which run at the
+    /// lowest CPU priority (nice 19): the admin runtime keeps answering probes and metrics,
+    /// and the operator's writes and the data plane get the CPU first, whatever the body
+    /// costs. The permit is then held for a
     /// cool-down of [`CHECK_COOLDOWN_FACTOR`] times the time the check took, so each permit
     /// runs checks at most `1 / (1 + factor)` of the time: unauthenticated callers get at
     /// most `max_concurrent_table_checks / (1 + factor)` of a core, whatever they send.
@@ -168,13 +174,20 @@ impl ControlPlane {
         job: impl FnOnce(&ControlPlane) -> Result<T, ControlError> + Send + 'static,
     ) -> Result<T, ControlError> {
         let plane = self.clone();
-        let (result, took) = tokio::task::spawn_blocking(move || {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let check: CheckJob = Box::new(move || {
             let started = std::time::Instant::now();
             let result = job(&plane);
-            (result, started.elapsed())
-        })
-        .await
-        .map_err(|e| ControlError::Internal(format!("table check task: {e}")))?;
+            let _ = answer.send((result, started.elapsed()));
+        });
+        // As many threads and queue places as permits: a permit holder always finds room.
+        self.check_threads
+            .jobs
+            .try_send(check)
+            .map_err(|_| ControlError::Busy(self.cfg.max_concurrent_table_checks))?;
+        let (result, took) = answered
+            .await
+            .map_err(|_| ControlError::Internal("a table check thread stopped".into()))?;
         let cooldown = took.mul_f64(CHECK_COOLDOWN_FACTOR);
         tokio::spawn(async move {
             tokio::time::sleep(cooldown).await;
@@ -240,6 +253,42 @@ impl ControlPlane {
             last_1m: report(WINDOWS[0].1),
             last_10m: report(WINDOWS[1].1),
         }
+    }
+}
+
+/// One unauthenticated table check, run on a [`CheckThreads`] thread.
+type CheckJob = Box<dyn FnOnce() + Send>;
+
+/// `max_concurrent_table_checks` threads for unauthenticated table checks, each at nice 19
+/// (on Linux a thread's own): they get only the CPU nothing else wants. The threads end
+/// when the control plane (the sender) is dropped.
+struct CheckThreads {
+    jobs: std::sync::mpsc::SyncSender<CheckJob>,
+}
+
+impl CheckThreads {
+    fn start(threads: usize) -> std::io::Result<CheckThreads> {
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<CheckJob>(threads);
+        let queue = Arc::new(Mutex::new(queue));
+        for i in 0..threads {
+            let queue = queue.clone();
+            std::thread::Builder::new().name(format!("weir-table-check-{i}")).spawn(move || {
+                if let Err(e) = rustix::process::nice(19) {
+                    tracing::warn!(error = %e, "table check thread keeps its priority");
+                }
+                loop {
+                    let next = match queue.lock() {
+                        Ok(queue) => queue.recv(),
+                        Err(_) => return,
+                    };
+                    match next {
+                        Ok(check) => check(),
+                        Err(_) => return,
+                    }
+                }
+            })?;
+        }
+        Ok(CheckThreads { jobs })
     }
 }
 

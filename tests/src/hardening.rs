@@ -93,6 +93,8 @@ pub struct HardeningConfig {
     pub weir_bin: PathBuf,
     /// The workspace (for the injector's template and review fixtures).
     pub workspace: PathBuf,
+    /// The attackers' tasks on the caller's runtime (the first runs' setup), not their own.
+    pub shared_runtime: bool,
 }
 
 // === what it measured ===
@@ -114,6 +116,10 @@ pub struct PhaseStats {
 pub struct Resources {
     pub fds: usize,
     pub rss_kib: u64,
+    /// During the attack only: weir's CPU, and this runner's (the caller, the attackers and
+    /// the apps), in % of one core over the attacked phase.
+    pub cpu_pct: Option<f64>,
+    pub runner_cpu_pct: Option<f64>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -183,6 +189,7 @@ pub fn resources(pid: u32) -> Resources {
     Resources {
         fds: std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count()),
         rss_kib: procfs::rss_bytes(pid).unwrap_or(0) / 1024,
+        ..Resources::default()
     }
 }
 
@@ -198,6 +205,9 @@ impl Sampler {
         let task = tokio::spawn({
             let stop = stop.clone();
             async move {
+                let cpu = || procfs::cpu_time(pid).unwrap_or_default();
+                let own = || procfs::cpu_time(std::process::id()).unwrap_or_default();
+                let (cpu0, own0, started) = (cpu(), own(), Instant::now());
                 let mut max = Resources::default();
                 while !stop.load(Relaxed) {
                     let now = resources(pid);
@@ -205,6 +215,9 @@ impl Sampler {
                     max.rss_kib = max.rss_kib.max(now.rss_kib);
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
+                let wall = started.elapsed().as_secs_f64();
+                max.cpu_pct = Some(cpu().saturating_sub(cpu0).as_secs_f64() / wall * 100.0);
+                max.runner_cpu_pct = Some(own().saturating_sub(own0).as_secs_f64() / wall * 100.0);
                 max
             }
         });
@@ -217,10 +230,27 @@ impl Sampler {
     }
 }
 
+/// The attackers' own runtime (two threads): their tasks never queue in front of the
+/// well-behaved caller's on the runner's runtime; they share only the machine's cores with
+/// it, as an attacker elsewhere on the node would.
+fn attack_runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("attacker")
+            .enable_all()
+            .build()
+            .expect("the attackers' runtime")
+    })
+}
+
 /// The attacker's tasks, each running its attack over and over until stopped; outcomes
 /// counted by name.
 #[derive(Default)]
 struct Attackers {
+    /// Spawn on the caller's runtime instead of the attackers' own (`--shared-runtime`).
+    shared_runtime: bool,
     stop: Arc<AtomicBool>,
     outcomes: Arc<Mutex<BTreeMap<String, u64>>>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -236,12 +266,17 @@ impl Attackers {
         for k in 0..n {
             let (stop, outcomes, attack) =
                 (self.stop.clone(), self.outcomes.clone(), attack.clone());
-            self.tasks.push(tokio::spawn(async move {
+            let task = async move {
                 while !stop.load(Relaxed) {
                     let outcome = attack(k).await;
                     *outcomes.lock().unwrap().entry(outcome).or_default() += 1;
                 }
-            }));
+            };
+            self.tasks.push(if self.shared_runtime {
+                tokio::spawn(task)
+            } else {
+                attack_runtime().spawn(task)
+            });
         }
     }
 
@@ -392,7 +427,7 @@ impl Run {
 
 impl Resources {
     fn max_with(self, other: Resources) -> Resources {
-        Resources { fds: self.fds.max(other.fds), rss_kib: self.rss_kib.max(other.rss_kib) }
+        Resources { fds: self.fds.max(other.fds), rss_kib: self.rss_kib.max(other.rss_kib), ..self }
     }
 }
 
@@ -576,7 +611,7 @@ const ENTRY_SETTINGS: &str = "entry: true, a priority table and user secret (fil
 
 /// A client declaring a 1 h budget and trickling its body a byte every 100 ms to the echo
 /// route; returns how long until weir ended the exchange (or `give_up`).
-async fn trickle(addr: SocketAddr, give_up: Duration) -> Result<Duration, String> {
+async fn trickle(addr: SocketAddr, give_up: Duration) -> Result<(Duration, String), String> {
     let started = Instant::now();
     let stream = tokio::net::TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
     let (mut read, mut write) = stream.into_split();
@@ -589,16 +624,21 @@ async fn trickle(addr: SocketAddr, give_up: Duration) -> Result<Duration, String
         }
     });
     let mut buf = [0u8; 4096];
+    let mut head = Vec::new();
     let _ = tokio::time::timeout(give_up, async {
         while let Ok(n) = read.read(&mut buf).await {
             if n == 0 {
                 break;
             }
+            if head.len() < 12 {
+                head.extend_from_slice(&buf[..n.min(12)]);
+            }
         }
     })
     .await;
     writer.abort();
-    Ok(started.elapsed())
+    let status = String::from_utf8_lossy(head.get(9..12).unwrap_or(b"---")).into_owned();
+    Ok((started.elapsed(), status))
 }
 
 async fn budget_trickle(c: &HardeningConfig) -> anyhow::Result<Run> {
@@ -610,11 +650,18 @@ async fn budget_trickle(c: &HardeningConfig) -> anyhow::Result<Run> {
     let unattacked = measure(c.phase, c.pace, probe_caller(addr)).await;
     let before = resources(weir.pid());
     let sampler = Sampler::start(weir.pid());
-    let mut attackers = Attackers::default();
+    let mut attackers = Attackers { shared_runtime: c.shared_runtime, ..Attackers::default() };
     attackers.spawn(TRICKLERS, move |_| async move {
         match trickle(addr, Duration::from_secs(5)).await {
-            Ok(lasted) if lasted < Duration::from_millis(1000) => "ended by weir within 1 s".into(),
-            Ok(lasted) if lasted < Duration::from_secs(5) => "ended by weir within 5 s".into(),
+            Ok((lasted, status)) if lasted < Duration::from_millis(100) => {
+                format!("ended by weir within 100 ms, status {status}")
+            }
+            Ok((lasted, status)) if lasted < Duration::from_millis(1000) => {
+                format!("ended by weir within 1 s, status {status}")
+            }
+            Ok((lasted, status)) if lasted < Duration::from_secs(5) => {
+                format!("ended by weir within 5 s, status {status}")
+            }
             Ok(_) => "still open at 5 s (client gave up)".into(),
             Err(e) => format!("connect: {e}"),
         }
@@ -657,7 +704,7 @@ async fn idle_h2(c: &HardeningConfig) -> anyhow::Result<Run> {
     let unattacked = measure(c.phase, c.pace, probe_caller(addr)).await;
     let before = resources(weir.pid());
     let sampler = Sampler::start(weir.pid());
-    let mut attackers = Attackers::default();
+    let mut attackers = Attackers { shared_runtime: c.shared_runtime, ..Attackers::default() };
     let lifetimes: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let stop = attackers.stopping();
     let opened = Arc::new(AtomicU64::new(0));
@@ -806,7 +853,7 @@ async fn host_mismatch(c: &HardeningConfig) -> anyhow::Result<Run> {
     let unattacked = measure(c.phase, c.pace, probe_caller(addr)).await;
     let before = resources(weir.pid());
     let sampler = Sampler::start(weir.pid());
-    let mut attackers = Attackers::default();
+    let mut attackers = Attackers { shared_runtime: c.shared_runtime, ..Attackers::default() };
     let sent = Arc::new(AtomicU64::new(0));
     attackers.spawn(4, move |_| {
         let sent = sent.clone();
@@ -880,7 +927,7 @@ async fn egress_loop(c: &HardeningConfig) -> anyhow::Result<Run> {
         ("inbound".into(), format!("GET /loop HTTP/1.1\r\nhost: {}\r\n", listeners.inbound)),
         ("admin".into(), format!("GET /loop HTTP/1.1\r\nhost: {}\r\n", listeners.admin)),
     ]);
-    let mut attackers = Attackers::default();
+    let mut attackers = Attackers { shared_runtime: c.shared_runtime, ..Attackers::default() };
     let sent = Arc::new(AtomicU64::new(0));
     attackers.spawn(4, move |_| {
         let (targets, sent) = (targets.clone(), sent.clone());
@@ -1033,7 +1080,7 @@ async fn validate_flood(c: &HardeningConfig) -> anyhow::Result<Run> {
     let big = Arc::new(big_valid_table());
     let url = Arc::new(format!("http://{admin}/v1/priority-table/validate"));
     let client = Http1::new();
-    let mut attackers = Attackers::default();
+    let mut attackers = Attackers { shared_runtime: c.shared_runtime, ..Attackers::default() };
     attackers.spawn(FLOODERS, move |_| {
         let (big, url, client) = (big.clone(), url.clone(), client.clone());
         async move {
@@ -1147,7 +1194,8 @@ pub fn markdown(results: &[AttackResult], config: &HardeningConfig) -> String {
         "Each attack: the well-behaved caller alone for {:.0} s, then during the attack for {:.0} s \
          (back to back, same weir process, a request every {} ms). Target: attacked p99 within {} ms \
          of the unattacked p99, and no refusal or error. fds / RSS: weir's, before the attack / \
-         highest during it (sampled every 20 ms) / after it.\n",
+         highest during it (sampled every 20 ms) / after it. CPU: weir's and this runner's (caller, \
+         attackers, apps), over the attack.\n",
         config.phase.as_secs_f64(),
         config.phase.as_secs_f64(),
         config.pace.as_millis(),
@@ -1155,14 +1203,14 @@ pub fn markdown(results: &[AttackResult], config: &HardeningConfig) -> String {
     );
     let _ = writeln!(
         s,
-        "| attack | caller p50 / p99 unattacked ms | p50 / p99 attacked ms | p99 delta | target | caller errors (attacked) | fds before / during / after | RSS MiB before / during / after | load (unattacked -> attacked) |"
+        "| attack | caller p50 / p99 unattacked ms | p50 / p99 attacked ms | p99 delta | target | caller errors (attacked) | fds before / during / after | RSS MiB before / during / after | CPU during: weir / runner (% of a core) | load (unattacked -> attacked) |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---|---|---:|---:|---|");
+    let _ = writeln!(s, "|---|---:|---:|---:|---|---|---:|---:|---:|---|");
     let mib = |k: u64| k as f64 / 1024.0;
     for r in results {
         let _ = writeln!(
             s,
-            "| {} | {:.2} / {:.2} | {:.2} / {:.2} | {:+.2} ms | {} | {} | {} / {} / {} | {:.1} / {:.1} / {:.1} | {} -> {} |",
+            "| {} | {:.2} / {:.2} | {:.2} / {:.2} | {:+.2} ms | {} | {} | {} / {} / {} | {:.1} / {:.1} / {:.1} | {:.0} / {:.0} | {} -> {} |",
             if r.attack == AttackKind::TableFile {
                 format!("{:?}: {}", r.attack, r.what.trim_start_matches("the watched table file (a symlink) pointed at a "))
             } else {
@@ -1181,6 +1229,8 @@ pub fn markdown(results: &[AttackResult], config: &HardeningConfig) -> String {
             mib(r.before.rss_kib),
             mib(r.during_max.rss_kib),
             mib(r.after.rss_kib),
+            r.during_max.cpu_pct.unwrap_or(f64::NAN),
+            r.during_max.runner_cpu_pct.unwrap_or(f64::NAN),
             r.unattacked.loadavg,
             r.attacked.loadavg,
         );

@@ -28,8 +28,12 @@ struct Args {
     /// Milliseconds between two of the caller's requests.
     #[arg(long, default_value_t = 5)]
     pace_ms: u64,
+    /// Run the attackers' tasks on the caller's runtime (two threads shared with the caller)
+    /// instead of their own.
+    #[arg(long)]
+    shared_runtime: bool,
     /// Name of the report files (`<name>.md`, `<name>.json` in --out).
-    #[arg(long, default_value = "hardening")]
+    #[arg(long, default_value = "hardening-latest")]
     name: String,
     #[command(flatten)]
     runner: RunnerArgs,
@@ -44,6 +48,7 @@ fn main() -> anyhow::Result<()> {
         pace: Duration::from_millis(args.pace_ms),
         weir_bin: args.runner.weir_bin(&workspace)?,
         workspace: workspace.clone(),
+        shared_runtime: args.shared_runtime,
     };
     // Two workers: the caller and the attackers share them, as the machine's 2 cores.
     let runtime =
