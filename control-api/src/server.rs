@@ -18,6 +18,13 @@ use crate::persist::{digest, StateFile};
 use crate::status::SidecarView;
 use crate::store::{SwapError, TableStore};
 
+/// How long a table-check permit stays taken after an unauthenticated check, as a
+/// multiple of the time the check took: 3 means a permit runs checks at most a quarter of
+/// the time, so the default two permits cost at most half a core (the parse of a 1 MiB
+/// table in a release build takes tens of milliseconds; the operator's writes, which have
+/// their own permit, and the data plane keep the rest).
+pub const CHECK_COOLDOWN_FACTOR: f64 = 3.0;
+
 pub struct ControlPlane {
     pub(crate) cfg: AdminConfig,
     pub(crate) table: Arc<TableStore>,
@@ -39,6 +46,8 @@ pub struct ControlPlane {
     /// Permits for unauthenticated table validations on the blocking pool (see
     /// [`ControlPlane::check_table`]).
     table_checks: Arc<Semaphore>,
+    /// The threads those validations run on, at the lowest CPU priority.
+    check_threads: CheckThreads,
     /// The one permit of authenticated table writes (see [`ControlPlane::write_table`]):
     /// a flood of validations cannot lock the operator out.
     table_writes: Arc<Semaphore>,
@@ -91,6 +100,8 @@ impl ControlPlane {
             background_started: AtomicBool::new(false),
             stop_background: watch::channel(false).0,
             table_checks: Arc::new(Semaphore::new(cfg_checks)),
+            check_threads: CheckThreads::start(cfg_checks)
+                .map_err(|e| ControlError::Internal(format!("table check threads: {e}")))?,
             table_writes: Arc::new(Semaphore::new(1)),
         }))
     }
@@ -137,20 +148,52 @@ impl ControlPlane {
         }
     }
 
-    /// Runs `job` (an unauthenticated table parse and validation) on the blocking pool, so
-    /// the admin runtime keeps answering probes and metrics whatever the body costs. At
-    /// most `max_concurrent_table_checks` run at once; past that the caller gets 503 at
-    /// once instead of a queue an attacker could fill.
-    pub(crate) async fn check_table<T: Send + 'static>(
-        self: &Arc<Self>,
-        job: impl FnOnce(&ControlPlane) -> Result<T, ControlError> + Send + 'static,
-    ) -> Result<T, ControlError> {
-        let permit = self
-            .table_checks
+    /// A permit for one unauthenticated table check, or 503 at once when all
+    /// `max_concurrent_table_checks` are taken. Taken before the body is read: a refused
+    /// validation costs its head, never a read of up to `max_body_bytes`.
+    pub(crate) fn table_check_permit(
+        &self,
+    ) -> Result<tokio::sync::OwnedSemaphorePermit, ControlError> {
+        self.table_checks
             .clone()
             .try_acquire_owned()
+            .map_err(|_| ControlError::Busy(self.cfg.max_concurrent_table_checks))
+    }
+
+    /// Runs `job` (an unauthenticated table parse and validation) with `permit` (from
+    /// [`ControlPlane::table_check_permit`]) on one of the check threads, which run at the
+    /// lowest CPU priority (nice 19): the admin runtime keeps answering probes and metrics,
+    /// and the operator's writes and the data plane get the CPU first, whatever the body
+    /// costs. The permit is then held for a
+    /// cool-down of [`CHECK_COOLDOWN_FACTOR`] times the time the check took, so each permit
+    /// runs checks at most `1 / (1 + factor)` of the time: unauthenticated callers get at
+    /// most `max_concurrent_table_checks / (1 + factor)` of a core, whatever they send.
+    pub(crate) async fn check_table<T: Send + 'static>(
+        self: &Arc<Self>,
+        permit: tokio::sync::OwnedSemaphorePermit,
+        job: impl FnOnce(&ControlPlane) -> Result<T, ControlError> + Send + 'static,
+    ) -> Result<T, ControlError> {
+        let plane = self.clone();
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let check: CheckJob = Box::new(move || {
+            let started = std::time::Instant::now();
+            let result = job(&plane);
+            let _ = answer.send((result, started.elapsed()));
+        });
+        // As many threads and queue places as permits: a permit holder always finds room.
+        self.check_threads
+            .jobs
+            .try_send(check)
             .map_err(|_| ControlError::Busy(self.cfg.max_concurrent_table_checks))?;
-        self.run_blocking(permit, job).await
+        let (result, took) = answered
+            .await
+            .map_err(|_| ControlError::Internal("a table check thread stopped".into()))?;
+        let cooldown = took.mul_f64(CHECK_COOLDOWN_FACTOR);
+        tokio::spawn(async move {
+            tokio::time::sleep(cooldown).await;
+            drop(permit);
+        });
+        result
     }
 
     /// Runs an authenticated table write (parse, validate, persist, swap) on the blocking
@@ -210,6 +253,42 @@ impl ControlPlane {
             last_1m: report(WINDOWS[0].1),
             last_10m: report(WINDOWS[1].1),
         }
+    }
+}
+
+/// One unauthenticated table check, run on a [`CheckThreads`] thread.
+type CheckJob = Box<dyn FnOnce() + Send>;
+
+/// `max_concurrent_table_checks` threads for unauthenticated table checks, each at nice 19
+/// (on Linux a thread's own): they get only the CPU nothing else wants. The threads end
+/// when the control plane (the sender) is dropped.
+struct CheckThreads {
+    jobs: std::sync::mpsc::SyncSender<CheckJob>,
+}
+
+impl CheckThreads {
+    fn start(threads: usize) -> std::io::Result<CheckThreads> {
+        let (jobs, queue) = std::sync::mpsc::sync_channel::<CheckJob>(threads);
+        let queue = Arc::new(Mutex::new(queue));
+        for i in 0..threads {
+            let queue = queue.clone();
+            std::thread::Builder::new().name(format!("weir-table-check-{i}")).spawn(move || {
+                if let Err(e) = rustix::process::nice(19) {
+                    tracing::warn!(error = %e, "table check thread keeps its priority");
+                }
+                loop {
+                    let next = match queue.lock() {
+                        Ok(queue) => queue.recv(),
+                        Err(_) => return,
+                    };
+                    match next {
+                        Ok(check) => check(),
+                        Err(_) => return,
+                    }
+                }
+            })?;
+        }
+        Ok(CheckThreads { jobs })
     }
 }
 

@@ -12,6 +12,7 @@
 //!   (`proxy/tests/e2e`); [`weir_process`]: `weir run` as a child that reports the ports it
 //!   bound; [`prom`]: the one reader of weir's Prometheus text.
 //! - [`noharm`]: weir's shipped defaults against direct in front of healthy apps.
+//! - [`hardening`]: issue 17's attacks, each beside a well-behaved caller, on a release weir.
 //! - [`multihop`]: entry -> costly middle hop -> bottleneck / healthy service, five
 //!   contenders, steady, M^k, step and retrying clients.
 //!
@@ -21,6 +22,7 @@ pub mod bench_cli;
 pub mod contender;
 pub mod egress_bench;
 pub mod fairness;
+pub mod hardening;
 pub mod multihop;
 pub mod noharm;
 pub mod overhead;

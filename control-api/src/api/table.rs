@@ -70,9 +70,10 @@ impl ControlPlane {
         req: Request<Incoming>,
     ) -> Result<Response<Full<Bytes>>, ControlError> {
         let format = body_format(req.headers())?;
+        let permit = self.table_check_permit()?;
         let body = self.read_body(req).await?;
         let compiled = self
-            .check_table(move |plane| {
+            .check_table(permit, move |plane| {
                 Ok(plane.table.load().compile_next(&parse(&body, format)?)?)
             })
             .await?;

@@ -163,19 +163,31 @@ impl Reply {
 }
 
 pub async fn send(url: &str, method: Method, headers: &[(&str, &str)], body: Bytes) -> Reply {
+    try_send(url, method, headers, body).await.unwrap()
+}
+
+/// [`send`], or the client's error (e.g. the server answered and closed the connection
+/// before it read the whole body, as a busy validation does).
+pub async fn try_send(
+    url: &str,
+    method: Method,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<Reply, String> {
     let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
     let mut req = Request::builder().method(method).uri(url);
     for (k, v) in headers {
         req = req.header(*k, *v);
     }
-    let response = client.request(req.body(Full::new(body)).unwrap()).await.unwrap();
+    let response =
+        client.request(req.body(Full::new(body)).unwrap()).await.map_err(|e| e.to_string())?;
     let (parts, body) = response.into_parts();
-    let bytes = body.collect().await.unwrap().to_bytes();
-    Reply {
+    let bytes = body.collect().await.map_err(|e| e.to_string())?.to_bytes();
+    Ok(Reply {
         status: parts.status,
         headers: parts.headers,
         body: String::from_utf8_lossy(&bytes).into_owned(),
-    }
+    })
 }
 
 /// A table whose every rule and default map to `business`.

@@ -148,22 +148,30 @@ pub struct SilentH2Peer {
 
 impl SilentH2Peer {
     pub async fn connect(addr: SocketAddr) -> SilentH2Peer {
-        let mut stream = TcpStream::connect(addr).await.expect("connect to weir");
-        stream.set_nodelay(true).unwrap();
-        stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.unwrap();
+        SilentH2Peer::try_connect(addr).await.unwrap_or_else(|e| panic!("silent h2 peer: {e}"))
+    }
+
+    /// [`SilentH2Peer::connect`], or why the handshake did not complete within [`MARGIN`]
+    /// (e.g. weir closed the connection on accept at `max_connections`).
+    pub async fn try_connect(addr: SocketAddr) -> Result<SilentH2Peer, String> {
+        let io = |e: std::io::Error| e.to_string();
+        let mut stream = TcpStream::connect(addr).await.map_err(io)?;
+        stream.set_nodelay(true).map_err(io)?;
+        stream.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n").await.map_err(io)?;
         // An empty SETTINGS frame: length 0, type 4, flags 0, stream 0.
-        stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.unwrap();
+        stream.write_all(&[0, 0, 0, 4, 0, 0, 0, 0, 0]).await.map_err(io)?;
         // Read frames until weir's own SETTINGS (not an ACK), then acknowledge it.
         let deadline = Instant::now() + MARGIN;
         loop {
-            let (kind, flags, _) =
-                read_frame(&mut stream, deadline).await.expect("weir's SETTINGS");
+            let (kind, flags, _) = read_frame(&mut stream, deadline)
+                .await
+                .map_err(|e| format!("no SETTINGS from weir: {e:?}"))?;
             if kind == 4 && flags & 1 == 0 {
                 break;
             }
         }
-        stream.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.unwrap();
-        SilentH2Peer { stream }
+        stream.write_all(&[0, 0, 0, 4, 1, 0, 0, 0, 0]).await.map_err(io)?;
+        Ok(SilentH2Peer { stream })
     }
 
     /// Reads (and ignores) frames until weir closes the connection; `Err` if it is still
