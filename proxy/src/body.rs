@@ -438,8 +438,14 @@ impl<B> AppBody for B where
 pub struct ResponseBody {
     kind: Kind,
     watch: Option<Arc<StreamWatch>>,
-    /// Kept as long as the body (see [`ResponseBody::hold`]).
-    held: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
+    /// Told when the body is dropped (see [`ResponseBody::hold`]).
+    held: Option<Arc<dyn BodyEnd>>,
+}
+
+/// Told when a response body it watches ([`ResponseBody::hold`]) is dropped: sent, or
+/// abandoned. An `Arc` the watcher already has, so watching a body allocates nothing.
+pub trait BodyEnd: std::fmt::Debug + Send + Sync + 'static {
+    fn body_ended(&self);
 }
 
 #[derive(Debug)]
@@ -470,10 +476,12 @@ impl ResponseBody {
         ResponseBody { kind: Kind::Buffered { data, trailers }, watch: None, held: None }
     }
 
-    /// Keeps `guard` until the body is dropped (sent, or abandoned): how the listener
+    /// Tells `watcher` when the body is dropped (sent, or abandoned): how the listener
     /// counts the bodies still being sent on a connection.
-    pub fn hold(&mut self, guard: impl std::fmt::Debug + Send + Sync + 'static) {
-        self.held = Some(Box::new(guard));
+    pub fn hold(&mut self, watcher: Arc<dyn BodyEnd>) {
+        if let Some(previous) = self.held.replace(watcher) {
+            previous.body_ended();
+        }
     }
 
     /// Reports progress to the h2 stream's watch, if this response runs on one.
@@ -666,6 +674,14 @@ impl<E: FnMut(PumpEvent)> Reporter<E> {
     fn ended(&mut self, ok: bool) {
         if !std::mem::replace(&mut self.ended, true) {
             (self.on_event)(PumpEvent::Ended { ok });
+        }
+    }
+}
+
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        if let Some(watcher) = self.held.take() {
+            watcher.body_ended();
         }
     }
 }
