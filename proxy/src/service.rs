@@ -466,13 +466,11 @@ impl<A: AppClient> Inbound<A> {
             return Response::from_parts(head, ResponseBody::empty());
         }
         if body.size_hint().exact().is_some_and(|n| n <= BUFFER_LIMIT) {
-            use http_body_util::BodyExt;
-            return match tokio::time::timeout_at(deadline, body.collect()).await {
-                Ok(Ok(collected)) => {
+            return match tokio::time::timeout_at(deadline, crate::body::read_whole(body)).await {
+                Ok(Ok((data, trailers))) => {
                     exchange.done();
                     lease.reusable();
-                    let trailers = collected.trailers().cloned();
-                    let body = ResponseBody::full(collected.to_bytes(), trailers).watched();
+                    let body = ResponseBody::full(data, trailers).watched();
                     Response::from_parts(head, body)
                 }
                 Ok(Err(e)) => {

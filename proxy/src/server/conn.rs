@@ -53,7 +53,9 @@ impl<R: Role> Connection<R> {
             let (role, activity) = (self.role.clone(), activity.clone());
             let conn = Arc::new(R::Conn::default());
             service_fn(move |req| {
-                let served = role.clone().serve(conn.clone(), req);
+                // Boxed: the role's future is large, and hyper moves the service's future
+                // a few times per request; a pointer is cheaper to move than its state.
+                let served = Box::pin(role.clone().serve(conn.clone(), req));
                 let activity = activity.clone();
                 async move {
                     let busy = Busy::new(&activity);
