@@ -802,11 +802,12 @@ mod tests {
     use super::*;
     use http_body_util::StreamBody;
 
+    type Piece = Result<Frame<Bytes>, BoxError>;
+
     fn frames(
         frames: Vec<Frame<Bytes>>,
-    ) -> StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Result<Frame<Bytes>, BoxError>>>>
-    {
-        let items: Vec<Result<Frame<Bytes>, BoxError>> = frames.into_iter().map(Ok).collect();
+    ) -> StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Piece>>> {
+        let items: Vec<Piece> = frames.into_iter().map(Ok).collect();
         StreamBody::new(futures_util::stream::iter(items))
     }
 
