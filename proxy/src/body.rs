@@ -114,6 +114,46 @@ impl Body for CallerBody {
     }
 }
 
+/// Reads `body` to its end: its data (as it came when it came in one piece, the usual case
+/// for a small response: no copy, no list of pieces) and its trailers (several trailer
+/// frames are merged).
+pub async fn read_whole<B>(mut body: B) -> Result<(Bytes, Option<HeaderMap>), B::Error>
+where
+    B: Body<Data = Bytes> + Unpin,
+{
+    use http_body_util::BodyExt;
+    let mut first = Bytes::new();
+    let mut joined: Option<bytes::BytesMut> = None;
+    let mut trailers: Option<HeaderMap> = None;
+    while let Some(frame) = body.frame().await {
+        let frame = match frame?.into_data() {
+            Ok(data) if data.is_empty() => continue,
+            Ok(data) if first.is_empty() => {
+                first = data;
+                continue;
+            }
+            Ok(data) => {
+                let joined = joined.get_or_insert_with(|| {
+                    let mut all = bytes::BytesMut::with_capacity(first.len() + data.len());
+                    all.extend_from_slice(&first);
+                    all
+                });
+                joined.extend_from_slice(&data);
+                continue;
+            }
+            Err(frame) => frame,
+        };
+        if let Ok(more) = frame.into_trailers() {
+            match trailers.as_mut() {
+                Some(all) => all.extend(more),
+                None => trailers = Some(more),
+            }
+        }
+    }
+    let data = joined.map_or(first, bytes::BytesMut::freeze);
+    Ok((data, trailers))
+}
+
 // === RequestBody ===
 
 /// The caller's body, forwarded to the app with a bound on each gap and, once
@@ -438,8 +478,14 @@ impl<B> AppBody for B where
 pub struct ResponseBody {
     kind: Kind,
     watch: Option<Arc<StreamWatch>>,
-    /// Kept as long as the body (see [`ResponseBody::hold`]).
-    held: Option<Box<dyn std::fmt::Debug + Send + Sync>>,
+    /// Told when the body is dropped (see [`ResponseBody::hold`]).
+    held: Option<Arc<dyn BodyEnd>>,
+}
+
+/// Told when a response body it watches ([`ResponseBody::hold`]) is dropped: sent, or
+/// abandoned. An `Arc` the watcher already has, so watching a body allocates nothing.
+pub trait BodyEnd: std::fmt::Debug + Send + Sync + 'static {
+    fn body_ended(&self);
 }
 
 #[derive(Debug)]
@@ -470,10 +516,12 @@ impl ResponseBody {
         ResponseBody { kind: Kind::Buffered { data, trailers }, watch: None, held: None }
     }
 
-    /// Keeps `guard` until the body is dropped (sent, or abandoned): how the listener
+    /// Tells `watcher` when the body is dropped (sent, or abandoned): how the listener
     /// counts the bodies still being sent on a connection.
-    pub fn hold(&mut self, guard: impl std::fmt::Debug + Send + Sync + 'static) {
-        self.held = Some(Box::new(guard));
+    pub fn hold(&mut self, watcher: Arc<dyn BodyEnd>) {
+        if let Some(previous) = self.held.replace(watcher) {
+            previous.body_ended();
+        }
     }
 
     /// Reports progress to the h2 stream's watch, if this response runs on one.
@@ -670,6 +718,14 @@ impl<E: FnMut(PumpEvent)> Reporter<E> {
     }
 }
 
+impl Drop for ResponseBody {
+    fn drop(&mut self) {
+        if let Some(watcher) = self.held.take() {
+            watcher.body_ended();
+        }
+    }
+}
+
 impl Body for ResponseBody {
     type Data = Bytes;
     type Error = BoxError;
@@ -738,5 +794,50 @@ impl ResponseBody {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::StreamBody;
+
+    type Piece = Result<Frame<Bytes>, BoxError>;
+
+    fn frames(
+        frames: Vec<Frame<Bytes>>,
+    ) -> StreamBody<futures_util::stream::Iter<std::vec::IntoIter<Piece>>> {
+        let items: Vec<Piece> = frames.into_iter().map(Ok).collect();
+        StreamBody::new(futures_util::stream::iter(items))
+    }
+
+    #[tokio::test]
+    async fn read_whole_keeps_one_piece_joins_several_and_merges_trailers() {
+        let one = Bytes::from_static(b"ok");
+        let (data, trailers) = read_whole(frames(vec![Frame::data(one.clone())])).await.unwrap();
+        assert_eq!(data, one);
+        assert_eq!(data.as_ptr(), one.as_ptr(), "one piece is passed on, not copied");
+        assert!(trailers.is_none());
+
+        let mut first = HeaderMap::new();
+        first.insert("grpc-status", "0".parse().unwrap());
+        let mut second = HeaderMap::new();
+        second.insert("x-more", "1".parse().unwrap());
+        let body = frames(vec![
+            Frame::data(Bytes::from_static(b"he")),
+            Frame::data(Bytes::new()),
+            Frame::data(Bytes::from_static(b"ll")),
+            Frame::data(Bytes::from_static(b"o")),
+            Frame::trailers(first),
+            Frame::trailers(second),
+        ]);
+        let (data, trailers) = read_whole(body).await.unwrap();
+        assert_eq!(data, Bytes::from_static(b"hello"));
+        let trailers = trailers.unwrap();
+        assert_eq!(trailers["grpc-status"], "0");
+        assert_eq!(trailers["x-more"], "1");
+
+        let (data, trailers) = read_whole(frames(vec![])).await.unwrap();
+        assert!(data.is_empty() && trailers.is_none());
     }
 }

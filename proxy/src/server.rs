@@ -10,8 +10,10 @@
 //!   `timeouts.header_read` ([`detect`]), the socket behind [`CallerIo`] (a write that
 //!   makes no progress for `timeouts.write` ends the connection; one `Content-Length`;
 //!   the role's level on hyper's own error responses), each h2 stream guarded against a
-//!   caller that stops reading ([`h2_streams`]), closed after `timeouts.idle` without a
-//!   request inside, and, once the drain starts (an event: [`weir_net::drain`]), asked to
+//!   caller that stops reading ([`h2_streams`]), HTTP/1.1 dropped when a complete request
+//!   head takes longer than `timeouts.header_read` after the previous exchange (the
+//!   driver's one timer per connection, not one per head: `server/activity.rs`), closed
+//!   after `timeouts.idle` without a request inside, and, once the drain starts (an event: [`weir_net::drain`]), asked to
 //!   finish what it has (HTTP/1.1: the request in progress; h2: GOAWAY, then the open
 //!   streams). A connection asked to close is dropped once it has had nothing inside (no
 //!   request, no response body still streaming) for `timeouts.graceful_close`: h2's

@@ -189,10 +189,15 @@ impl<A: AppClient> Inbound<A> {
                     headers.insert(route_level::ROUTE_LEVEL, self.refusals.level_value(level));
                 }
             }
-            // Never passed on from the app: they speak for this sidecar only.
+            // Never passed on from the app: they speak for this sidecar only. (Looked for
+            // by name first: a comparison per header, not two hashed lookups per response.)
             _ => {
-                headers.remove(route_level::ROUTE);
-                headers.remove(route_level::ROUTE_LEVEL);
+                let is_route =
+                    |k: &HeaderName| k == route_level::ROUTE || k == route_level::ROUTE_LEVEL;
+                if headers.keys().any(is_route) {
+                    headers.remove(route_level::ROUTE);
+                    headers.remove(route_level::ROUTE_LEVEL);
+                }
             }
         }
         response
@@ -414,7 +419,8 @@ impl<A: AppClient> Inbound<A> {
         mut exchange: AppExchange,
         grpc: bool,
     ) -> Early {
-        let remaining = deadline.saturating_duration_since(Instant::now());
+        // From the dispatch, a few microseconds ago: one clock read fewer per request.
+        let remaining = deadline.saturating_duration_since(exchange.dispatched());
         let head_request = parts.method == Method::HEAD;
         let body = body.into_request_body(self.body_read).until(deadline);
         let caller_body = body.probe();
@@ -460,13 +466,11 @@ impl<A: AppClient> Inbound<A> {
             return Response::from_parts(head, ResponseBody::empty());
         }
         if body.size_hint().exact().is_some_and(|n| n <= BUFFER_LIMIT) {
-            use http_body_util::BodyExt;
-            return match tokio::time::timeout_at(deadline, body.collect()).await {
-                Ok(Ok(collected)) => {
+            return match tokio::time::timeout_at(deadline, crate::body::read_whole(body)).await {
+                Ok(Ok((data, trailers))) => {
                     exchange.done();
                     lease.reusable();
-                    let trailers = collected.trailers().cloned();
-                    let body = ResponseBody::full(collected.to_bytes(), trailers).watched();
+                    let body = ResponseBody::full(data, trailers).watched();
                     Response::from_parts(head, body)
                 }
                 Ok(Err(e)) => {

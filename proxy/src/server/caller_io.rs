@@ -37,8 +37,11 @@ pub struct CallerIo {
     stamp: Option<Arc<dyn LevelStamp>>,
     /// A rewritten error head still to be written (already reported as written to hyper).
     pending: Option<Bytes>,
-    /// HTTP/1.1: tells when a request head is expected.
+    /// HTTP/1.1: tells when a request head is expected, and when a write is blocked (the
+    /// wait for the next head starts once the previous response is written).
     conn: Option<Arc<Activity>>,
+    /// A write returned `Pending` and none has completed since (told to `conn`).
+    blocked: bool,
 }
 
 impl CallerIo {
@@ -60,6 +63,7 @@ impl CallerIo {
             stamp: None,
             pending: None,
             conn: None,
+            blocked: false,
         }
     }
 
@@ -94,9 +98,19 @@ impl CallerIo {
         match result {
             Poll::Ready(r) => {
                 self.progressed = true;
+                if std::mem::take(&mut self.blocked) {
+                    if let Some(conn) = &self.conn {
+                        conn.set_write_blocked(false);
+                    }
+                }
                 Poll::Ready(r)
             }
             Poll::Pending => {
+                if !std::mem::replace(&mut self.blocked, true) {
+                    if let Some(conn) = &self.conn {
+                        conn.set_write_blocked(true);
+                    }
+                }
                 self.poll_stall(cx)?;
                 Poll::Pending
             }
@@ -162,6 +176,10 @@ impl CallerIo {
 /// says, so no line break or other byte hyper would refuse is ever blanked away.
 pub fn collapse_content_length(read: &mut [u8]) {
     const NAME: &[u8] = b"content-length:";
+    // No comma anywhere read: nothing to collapse (the common case, one memchr).
+    if !read.contains(&b',') {
+        return;
+    }
     let head_end = head_end(read);
     let head = &mut read[..head_end];
     if !head.contains(&b',') {

@@ -4,8 +4,8 @@
 
 use std::convert::Infallible;
 use std::pin::pin;
-use std::sync::atomic::{AtomicUsize, Ordering::*};
 use std::sync::Arc;
+use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
@@ -30,15 +30,6 @@ pub(super) struct Connection<R: Role> {
     drain: Watch,
 }
 
-/// Response bodies of one connection still being sent after their request left the role
-/// (a request is counted inside only until its response head).
-#[derive(Debug, Clone, Default)]
-struct Streaming(Arc<AtomicUsize>);
-
-/// One response body being sent; dropped with the body.
-#[derive(Debug)]
-struct StreamingBody(Arc<AtomicUsize>);
-
 // === impl Connection ===
 
 impl<R: Role> Connection<R> {
@@ -58,14 +49,14 @@ impl<R: Role> Connection<R> {
             Ok(None) | Err(_) => return,
         };
         let activity = Arc::new(Activity::new());
-        let streaming = Streaming::default();
         let service = {
-            let (role, activity, streaming) =
-                (self.role.clone(), activity.clone(), streaming.clone());
+            let (role, activity) = (self.role.clone(), activity.clone());
             let conn = Arc::new(R::Conn::default());
             service_fn(move |req| {
-                let served = role.clone().serve(conn.clone(), req);
-                let (activity, streaming) = (activity.clone(), streaming.clone());
+                // Boxed: the role's future is large, and hyper moves the service's future
+                // a few times per request; a pointer is cheaper to move than its state.
+                let served = Box::pin(role.clone().serve(conn.clone(), req));
+                let activity = activity.clone();
                 async move {
                     let busy = Busy::new(&activity);
                     let mut response = served.await;
@@ -73,7 +64,8 @@ impl<R: Role> Connection<R> {
                     // Counted streaming before it stops counting busy: the driver never
                     // sees the connection empty while a body is about to be sent.
                     if !hyper::body::Body::is_end_stream(response.body()) {
-                        response.body_mut().hold(streaming.start());
+                        activity.streaming_started();
+                        response.body_mut().hold(activity.clone());
                     }
                     drop(busy);
                     Ok::<_, Infallible>(response)
@@ -85,11 +77,13 @@ impl<R: Role> Connection<R> {
             Detected::Http1 => {
                 let stamp: Arc<dyn LevelStamp> = self.role.clone();
                 let io = TokioIo::new(CallerIo::http1(stream, write, stamp, activity.clone()));
+                // The header-read timeout is the driver's (see `Activity`): hyper's own
+                // would arm a timer for every request head.
                 let conn = http1::Builder::new()
                     .timer(TokioTimer::new())
-                    .header_read_timeout(timeouts.header_read)
+                    .header_read_timeout(None)
                     .serve_connection(io, service);
-                self.drive(conn, &activity, &streaming).await;
+                self.drive(conn, &activity, Some(timeouts.header_read)).await;
             }
             Detected::H2 => {
                 let io = TokioIo::new(CallerIo::h2(stream, write));
@@ -97,15 +91,17 @@ impl<R: Role> Connection<R> {
                     .timer(TokioTimer::new())
                     .max_concurrent_streams(self.config.h2.max_concurrent_streams)
                     .serve_connection(io, service);
-                self.drive(conn, &activity, &streaming).await;
+                self.drive(conn, &activity, None).await;
             }
         }
     }
 
     /// Runs the connection to its end, asking it to finish gracefully when it has been idle
     /// for `timeouts.idle` or the drain starts, and dropping it when that has not finished
-    /// after `timeouts.graceful_close` with nothing inside.
-    async fn drive<C>(&self, conn: C, activity: &Activity, streaming: &Streaming)
+    /// after `timeouts.graceful_close` with nothing inside. With `header_read` (HTTP/1.1),
+    /// a connection that has waited that long for a complete request head is dropped, as
+    /// hyper's own header-read timeout would.
+    async fn drive<C>(&self, conn: C, activity: &Activity, header_read: Option<Duration>)
     where
         C: GracefulConnection,
         C::Error: std::fmt::Display,
@@ -113,7 +109,8 @@ impl<R: Role> Connection<R> {
         let (idle, graceful_close) =
             (self.config.timeouts.idle, self.config.timeouts.graceful_close);
         let mut conn = pin!(conn);
-        let timer = tokio::time::sleep(idle);
+        let first = header_read.map_or(idle, |h| h.min(idle));
+        let timer = tokio::time::sleep(first);
         let mut timer = pin!(timer);
         let drained = self.drain.signaled();
         let mut drained = pin!(drained);
@@ -131,7 +128,7 @@ impl<R: Role> Connection<R> {
                     if closing {
                         // Asked to close at least `graceful_close` ago: done if nothing is
                         // inside; otherwise what is inside has its own bounds, look again.
-                        if activity.idle_deadline(idle).is_some() && streaming.none() {
+                        if activity.idle_deadline(idle).is_some() && activity.none_streaming() {
                             tracing::debug!(
                                 "connection dropped: its graceful close did not finish \
                                  within timeouts.graceful_close"
@@ -141,14 +138,26 @@ impl<R: Role> Connection<R> {
                         timer.as_mut().reset(now + graceful_close);
                         continue;
                     }
+                    let head_at = header_read.and_then(|h| activity.head_deadline(h));
+                    if head_at.is_some_and(|at| at <= now) {
+                        tracing::debug!(
+                            "connection dropped: no complete request head within \
+                             timeouts.header_read"
+                        );
+                        return;
+                    }
+                    // While something is inside or being sent, look again within the
+                    // shorter timeout: the wait for a head may start any time.
+                    let again = now + header_read.map_or(idle, |h| h.min(idle));
+                    let next = head_at.unwrap_or(again);
                     match activity.idle_deadline(idle) {
                         Some(at) if at <= now => {
                             conn.as_mut().graceful_shutdown();
                             closing = true;
                             timer.as_mut().reset(now + graceful_close);
                         }
-                        Some(at) => timer.as_mut().reset(at),
-                        None => timer.as_mut().reset(now + idle),
+                        Some(at) => timer.as_mut().reset(at.min(next)),
+                        None => timer.as_mut().reset(next),
                     }
                 }
                 () = drained.as_mut(), if !closing => {
@@ -158,24 +167,5 @@ impl<R: Role> Connection<R> {
                 }
             }
         }
-    }
-}
-
-// === impl Streaming ===
-
-impl Streaming {
-    fn start(&self) -> StreamingBody {
-        self.0.fetch_add(1, AcqRel);
-        StreamingBody(self.0.clone())
-    }
-
-    fn none(&self) -> bool {
-        self.0.load(Acquire) == 0
-    }
-}
-
-impl Drop for StreamingBody {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, AcqRel);
     }
 }

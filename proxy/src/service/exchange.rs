@@ -43,6 +43,11 @@ impl AppExchange {
         AppExchange { slot: Some(slot), dispatched, shared, visit, answered: false }
     }
 
+    /// When the request left for the app.
+    pub(super) fn dispatched(&self) -> Instant {
+        self.dispatched
+    }
+
     /// How long the app has waited on its downstreams for this request (and ends the
     /// pairing).
     fn end_visit(&mut self) -> Duration {
