@@ -11,6 +11,19 @@
 //! (the admitted tail depends on it) and every max wait while it does not (a stalled app
 //! behind an open level keeps its waiters for their budgets: their timers must not cost
 //! more than a few wake-ups each), never past the give-up instant.
+//!
+//! The service order ([`serve_next`]): while the level binds, the most important waiter
+//! first (FIFO within one compound level), so an overload's backlog is the least important
+//! class's. While it does not (a burst, a hiccup: nobody is being refused), a waiter whose
+//! budget is running out is *urgent*: its give-up instant is within the urgency horizon
+//! ([`QueuePolicy::urgent_until`], a quarter of the task timeout past the app's typical
+//! time). Urgent waiters go first, most important first among them; the rest wait in
+//! priority order. So a less important waiter is served ahead of a more important one only
+//! while the more important one has more than the horizon of slack left, and once a
+//! waiter is urgent nothing less important is served before it: the rule never delays a
+//! more important waiter past its own give-up. In a burst, the least important waiters,
+//! passed over by every more important arrival, are served within the last horizon of their
+//! budget instead of being given up (a FIFO would have served them all).
 
 use std::time::Duration;
 
@@ -27,6 +40,14 @@ const MIN_RECHECK: Nanos = 1_000_000;
 /// of it: the waiters it drops are the admitted tail, which overshoots the max wait by up to
 /// one interval.
 const RECHECK_DIVISOR: u64 = 8;
+
+/// While the level does not bind, a waiter whose give-up instant is within this fraction of
+/// the task timeout is urgent (see the module's comment). A quarter of the budget is many
+/// dequeues for any app that can meet the budget at all (the urgent tier empties at the
+/// app's full rate), and leaves the more important waiters three quarters of their budget
+/// of priority order, so an overload the level has not cut yet still serves the most
+/// important class first for its first ~370 ms of waiting.
+const URGENCY_DIVISOR: u64 = 4;
 
 /// The sidecar's settings the policy needs, built once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -100,6 +121,39 @@ pub enum Step {
     Refuse(Verdict),
     /// Keep waiting; fire again at this instant.
     CheckAt(Nanos),
+}
+
+/// The pending queue in two tiers, as [`serve_next`] sees it: the urgent waiters and the
+/// rest, each in priority order (lower compound first, FIFO within one). A waiter moves to
+/// the urgent tier once, and stays there (until it leaves the queue).
+pub trait ServiceOrder {
+    /// The queue's clock (the simulator's nanoseconds, the proxy's `Instant`).
+    type Instant: Copy + Ord;
+    /// What serving a waiter yields (the simulator's request, the proxy's waker).
+    type Served;
+    /// Moves every waiter whose expiry ([`QueuePolicy::expiry`]) is before `until` to the
+    /// urgent tier. Amortised O(log n) per waiter: each moves once.
+    fn promote_expiring_before(&mut self, until: Self::Instant);
+    /// Serves the most important urgent waiter, if any.
+    fn pop_most_important_urgent(&mut self) -> Option<Self::Served>;
+    /// Serves the most important waiter of both tiers (the queue's own priority order).
+    fn pop_most_important(&mut self) -> Option<Self::Served>;
+}
+
+/// The service order: who gets the next free slot. `urgent_until` is
+/// [`QueuePolicy::urgent_until`] on the queue's clock: `None` while the level binds, which
+/// serves in priority order across both tiers, exactly as a queue without tiers would.
+pub fn serve_next<Q: ServiceOrder>(
+    urgent_until: Option<Q::Instant>,
+    queue: &mut Q,
+) -> Option<Q::Served> {
+    match urgent_until {
+        Some(until) => {
+            queue.promote_expiring_before(until);
+            queue.pop_most_important_urgent().or_else(|| queue.pop_most_important())
+        }
+        None => queue.pop_most_important(),
+    }
 }
 
 // === impl QueuePolicy ===
@@ -178,6 +232,26 @@ impl QueuePolicy {
             ..self.check(w, at, queued)
         };
         deadline_gate(Stage::Dequeue, &check)
+    }
+
+    /// What a waiter's urgency is measured against, fixed when it joins the queue: the end of
+    /// its budget (its deadline, or the task timeout after its arrival if sooner).
+    pub fn expiry(&self, w: &Waiter) -> Nanos {
+        w.deadline.min(w.arrival.saturating_add(self.task_timeout))
+    }
+
+    /// How far past now an expiry makes a waiter urgent: the app's typical time (it must
+    /// still finish) plus the urgency horizon, a quarter of the task timeout. `None` while
+    /// the level binds: then the queue serves in priority order only.
+    pub fn urgency_horizon(&self, at: &Conditions) -> Option<Nanos> {
+        (!at.level_binds)
+            .then(|| at.typical_app.saturating_add(self.task_timeout / URGENCY_DIVISOR))
+    }
+
+    /// [`serve_next`]'s bound on the policy's clock: a waiter whose expiry is before it is
+    /// urgent. `None` while the level binds.
+    pub fn urgent_until(&self, at: &Conditions) -> Option<Nanos> {
+        self.urgency_horizon(at).map(|h| at.now.saturating_add(h))
     }
 
     /// The gate's inputs for `w` now, with nothing about the queue looked up.

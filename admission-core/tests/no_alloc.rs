@@ -2,7 +2,7 @@
 //! tests running side by side count only their own work):
 //! - inbound: `admit`, `record_queuing`, `observe_queue`, `record_completion`, `tick`
 //!   (including window rollovers), `level`, the header codecs, the audit counters and the
-//!   size grade and the queue policy's dequeue check, under every law;
+//!   size grade and the queue policy's dequeue check and service-order bound, under every law;
 //! - egress: `should_refuse` and `level`, and `observe` of an authority that already has a
 //!   slot (or of bad values).
 
@@ -92,6 +92,9 @@ fn hot_path_does_not_allocate() {
                 let waiter = Waiter { priority: p, arrival: 0, deadline: 1_000 };
                 let at = Conditions { now: i, level, level_binds: true, typical_app: 10 };
                 sink += policy.at_dequeue(&waiter, &at, true) as u64 + d as u64;
+                // The service order's bound and the waiter's expiry, asked at every grant.
+                let open = Conditions { level_binds: i % 2 == 0, ..at };
+                sink += policy.urgent_until(&open).unwrap_or(0) + policy.expiry(&waiter);
             }
         });
         assert!(engine.windows_closed() >= 30, "rollovers must be exercised");

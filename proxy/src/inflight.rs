@@ -3,7 +3,12 @@
 //! (FIFO within one compound priority), and a full queue makes room for a newcomer by
 //! evicting its least important waiter if that one is less important than the newcomer.
 //! During a load step, before the admission level has cut, this keeps the most important
-//! class from waiting (and timing out) behind the backlog of everyone else.
+//! class from waiting (and timing out) behind the backlog of everyone else. While the level
+//! does not bind, a waiter whose budget is about to run out is urgent and served first
+//! (the queue policy's service order,
+//! [`serve_next`](admission_core::queue_policy::serve_next)): a burst on a healthy app
+//! does not starve its least important waiters into giving up. The sidecar sets the
+//! urgency horizon ([`InflightLimit::set_urgency_horizon`]) from the policy as it goes.
 //!
 //! The order does not change the mean wait: the queue is work-conserving (a slot never
 //! idles while someone waits), so the mean queuing time the detector averages is the same
@@ -25,9 +30,10 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use admission_core::Priority;
 
@@ -48,6 +54,9 @@ pub struct InflightLimit {
     ceiling: AtomicUsize,
     /// `state.waiting.len()`, written under the lock, read without it by the fast paths.
     waiters: AtomicUsize,
+    /// The urgency horizon in nanoseconds plus one; zero: none (the level binds, or nobody
+    /// set one), priority order only.
+    urgency: AtomicU64,
     state: Mutex<State>,
 }
 
@@ -82,6 +91,7 @@ impl InflightLimit {
             lent: AtomicUsize::new(0),
             ceiling: AtomicUsize::new(max_inflight.max(1)),
             waiters: AtomicUsize::new(0),
+            urgency: AtomicU64::new(0),
             state: Mutex::new(State { max_queued, waiting: Waiting::default() }),
         })
     }
@@ -93,6 +103,26 @@ impl InflightLimit {
 
     pub fn limit(&self) -> usize {
         self.limit.load(SeqCst)
+    }
+
+    /// How close to its expiry a waiter is served ahead of the rest (the queue policy's
+    /// [`urgency_horizon`](admission_core::queue_policy::QueuePolicy::urgency_horizon));
+    /// `None`: priority order only.
+    pub fn set_urgency_horizon(&self, horizon: Option<Duration>) {
+        let encoded = horizon
+            .map_or(0, |h| u64::try_from(h.as_nanos()).unwrap_or(u64::MAX - 1).saturating_add(1));
+        self.urgency.store(encoded, SeqCst);
+    }
+
+    /// The service order's bound now: a waiter whose expiry is before it is urgent.
+    fn urgent_until(&self) -> Option<Instant> {
+        match self.urgency.load(SeqCst) {
+            0 => None,
+            encoded => {
+                let now = tokio::time::Instant::now().into_std();
+                now.checked_add(Duration::from_nanos(encoded - 1))
+            }
+        }
     }
 
     pub fn max_queued(&self) -> usize {
@@ -194,10 +224,12 @@ impl InflightLimit {
         }
     }
 
-    /// Under the lock: grants free slots to the most important waiters; their wakers.
+    /// Under the lock: grants free slots to the next waiters in the service order; their
+    /// wakers.
     fn grant_locked(&self, state: &mut State, wake: &mut impl Extend<Waker>) {
+        let until = self.urgent_until();
         while !state.waiting.is_empty() && self.try_take() {
-            if let Some(waker) = state.waiting.grant_most_important() {
+            if let Some(waker) = state.waiting.grant_next(until) {
                 wake.extend(waker);
             }
         }
@@ -210,8 +242,11 @@ impl InflightLimit {
     fn publish_and_grant(&self, state: &mut State) -> Option<Waker> {
         let mut wake: Option<Waker> = None;
         self.waiters.store(state.waiting.len(), SeqCst);
+        let mut until = None;
         while !state.waiting.is_empty() && self.try_take() {
-            if let Some(Some(waker)) = state.waiting.grant_most_important() {
+            // (Read once, and only when a slot is free: most calls grant nothing.)
+            let until = *until.get_or_insert_with(|| self.urgent_until());
+            if let Some(Some(waker)) = state.waiting.grant_next(until) {
                 if let Some(previous) = wake.replace(waker) {
                     previous.wake();
                 }
@@ -244,10 +279,20 @@ impl InflightLimit {
         None
     }
 
-    /// Waits for a slot in priority order. A full queue evicts its least important waiter
-    /// for a more important newcomer, and refuses the newcomer otherwise. Dropping the
-    /// future (client gone, shutdown) leaves the queue.
+    /// Waits for a slot in priority order, never urgent (see [`InflightLimit::slot_until`]).
     pub async fn slot(self: &Arc<Self>, priority: Priority) -> Result<Slot, NoSlot> {
+        self.slot_until(priority, None).await
+    }
+
+    /// Waits for a slot in the service order, urgent once `expiry` (the end of its budget)
+    /// is within the urgency horizon. A full queue evicts its least important waiter for a
+    /// more important newcomer, and refuses the newcomer otherwise. Dropping the future
+    /// (client gone, shutdown) leaves the queue.
+    pub async fn slot_until(
+        self: &Arc<Self>,
+        priority: Priority,
+        expiry: Option<Instant>,
+    ) -> Result<Slot, NoSlot> {
         if let Some(slot) = self.try_slot() {
             return Ok(slot);
         }
@@ -263,7 +308,7 @@ impl InflightLimit {
                     None => return Err(NoSlot::QueueFull),
                 }
             }
-            let ticket = state.waiting.push(priority);
+            let ticket = state.waiting.push(priority, expiry);
             (ticket, evicted, self.publish_and_grant(&mut state))
         };
         evicted.into_iter().chain(granted).for_each(Waker::wake);
@@ -275,7 +320,11 @@ impl InflightLimit {
 
     /// Shadow mode: waits for a slot even past `max_queued`; says whether the bound was
     /// exceeded (the request would have been refused, or would have evicted someone).
-    pub async fn slot_past_bound(self: &Arc<Self>, priority: Priority) -> (Slot, bool) {
+    pub async fn slot_past_bound(
+        self: &Arc<Self>,
+        priority: Priority,
+        expiry: Option<Instant>,
+    ) -> (Slot, bool) {
         let mut over = false;
         loop {
             if let Some(slot) = self.try_slot() {
@@ -287,7 +336,7 @@ impl InflightLimit {
                     return (Slot { owner: self.clone() }, over);
                 }
                 over |= state.waiting.len() >= state.max_queued;
-                let ticket = state.waiting.push(priority);
+                let ticket = state.waiting.push(priority, expiry);
                 (ticket, self.publish_and_grant(&mut state))
             };
             if let Some(waker) = granted {
@@ -300,7 +349,8 @@ impl InflightLimit {
         }
     }
 
-    /// Gives a slot back: to the most important waiter if the limit allows, else free.
+    /// Gives a slot back: to the next waiter in the service order if the limit allows, else
+    /// free.
     fn release(&self) {
         self.inflight.fetch_sub(1, SeqCst);
         if self.waiters.load(SeqCst) == 0 {

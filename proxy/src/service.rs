@@ -294,14 +294,14 @@ impl<A: AppClient> Inbound<A> {
                 let waited = if watch_body {
                     tokio::select! {
                         biased;
-                        waited = self.wait_for_slot(conn, priority, &refused) => waited,
+                        waited = self.wait_for_slot(conn, &waiter, &refused) => waited,
                         () = body.caller_gone() => return self.error(WeirError::CallerGone, grpc),
                         reason = timer => return self.refuse(grpc, reason, priority),
                     }
                 } else {
                     tokio::select! {
                         biased;
-                        waited = self.wait_for_slot(conn, priority, &refused) => waited,
+                        waited = self.wait_for_slot(conn, &waiter, &refused) => waited,
                         reason = timer => return self.refuse(grpc, reason, priority),
                     }
                 };

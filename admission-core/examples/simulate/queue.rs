@@ -1,11 +1,14 @@
-//! The simulator's model of the sidecar's pending queue: most important first, FIFO within
-//! one compound level. No I/O and nothing but admission-core, so the proxy's tests can
-//! include it to hold its decisions against the proxy's own queue.
+//! The simulator's model of the sidecar's pending queue: two tiers (the urgent waiters and
+//! the rest), each most important first, FIFO within one compound level; who is served next
+//! is the queue policy's [`serve_next`]. No I/O and nothing but admission-core, so the
+//! proxy's tests can include it to hold its decisions against the proxy's own queue.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use admission_core::priority::COMPOUND_LEVELS;
-use admission_core::queue_policy::{Conditions, Door, QueuePolicy, Rates, Step, Waiter, Waiters};
+use admission_core::queue_policy::{
+    Conditions, Door, QueuePolicy, Rates, ServiceOrder, Step, Waiter, Waiters,
+};
 use admission_core::Priority;
 
 #[derive(Debug, Clone, Copy)]
@@ -14,6 +17,8 @@ pub struct Request {
     pub deadline: u64,
     pub class: u8,
     pub compound: u16,
+    /// [`QueuePolicy::expiry`]: when its budget ends.
+    pub expiry: u64,
 }
 
 /// Counts per compound level, for "how many more-important-or-equal requests wait".
@@ -41,9 +46,14 @@ impl Fenwick {
     }
 }
 
-/// The sidecar's pending queue: most important first, FIFO within a level.
+/// The sidecar's pending queue: two tiers, each most important first, FIFO within a level.
 pub struct Pending {
+    /// The waiters not (yet) urgent.
     pub by_priority: BTreeMap<(u16, u64), Request>,
+    /// The urgent waiters.
+    pub urgent: BTreeMap<(u16, u64), Request>,
+    /// The waiters not yet urgent, soonest expiry first: (expiry, compound, id).
+    pub by_expiry: BTreeSet<(u64, u16, u64)>,
     pub by_age: BTreeSet<(u64, u64)>,
     pub counts: Fenwick,
 }
@@ -51,32 +61,77 @@ pub struct Pending {
 impl Pending {
     pub fn push(&mut self, id: u64, r: Request) {
         self.by_priority.insert((r.compound, id), r);
+        self.by_expiry.insert((r.expiry, r.compound, id));
         self.by_age.insert((r.arrival, id));
         self.counts.add(r.compound, 1);
     }
+    pub fn get(&self, key: (u16, u64)) -> Option<&Request> {
+        self.by_priority.get(&key).or_else(|| self.urgent.get(&key))
+    }
     pub fn remove(&mut self, key: (u16, u64)) -> Option<Request> {
-        let r = self.by_priority.remove(&key)?;
+        let r = match self.by_priority.remove(&key) {
+            Some(r) => {
+                self.by_expiry.remove(&(r.expiry, key.0, key.1));
+                r
+            }
+            None => self.urgent.remove(&key)?,
+        };
         self.by_age.remove(&(r.arrival, key.1));
         self.counts.add(r.compound, -1);
         Some(r)
     }
-    pub fn pop_most_important(&mut self) -> Option<(u64, Request)> {
-        let (&key, _) = self.by_priority.iter().next()?;
-        self.remove(key).map(|r| (key.1, r))
+    /// The most important waiter of both tiers, without serving it.
+    fn first_key(&self) -> Option<(u16, u64)> {
+        let normal = self.by_priority.keys().next().copied();
+        let urgent = self.urgent.keys().next().copied();
+        normal.into_iter().chain(urgent).min()
+    }
+    /// The least important waiter of both tiers.
+    fn last_key(&self) -> Option<(u16, u64)> {
+        let normal = self.by_priority.keys().next_back().copied();
+        let urgent = self.urgent.keys().next_back().copied();
+        normal.into_iter().chain(urgent).max()
     }
     /// Removes the least important waiter if it is less important than `c`.
     pub fn pop_less_important_than(&mut self, c: u16) -> Option<(u64, Request)> {
-        let (&key, _) = self.by_priority.iter().next_back().filter(|(&(k, _), _)| k > c)?;
+        let key = self.last_key().filter(|&(k, _)| k > c)?;
         self.remove(key).map(|r| (key.1, r))
     }
     pub fn less_important_than(&self, c: u16) -> bool {
-        self.by_priority.keys().next_back().is_some_and(|&(k, _)| k > c)
+        self.last_key().is_some_and(|(k, _)| k > c)
     }
     pub fn oldest(&self) -> Option<u64> {
         self.by_age.iter().next().map(|&(a, _)| a)
     }
     pub fn len(&self) -> usize {
-        self.by_priority.len()
+        self.by_priority.len() + self.urgent.len()
+    }
+}
+
+impl ServiceOrder for Pending {
+    type Instant = u64;
+    type Served = (u64, Request);
+
+    fn promote_expiring_before(&mut self, until: u64) {
+        while let Some(&(expiry, compound, id)) = self.by_expiry.first() {
+            if expiry >= until {
+                break;
+            }
+            self.by_expiry.pop_first();
+            if let Some(r) = self.by_priority.remove(&(compound, id)) {
+                self.urgent.insert((compound, id), r);
+            }
+        }
+    }
+
+    fn pop_most_important_urgent(&mut self) -> Option<(u64, Request)> {
+        let (&key, _) = self.urgent.first_key_value()?;
+        self.remove(key).map(|r| (key.1, r))
+    }
+
+    fn pop_most_important(&mut self) -> Option<(u64, Request)> {
+        let key = self.first_key()?;
+        self.remove(key).map(|r| (key.1, r))
     }
 }
 
@@ -90,7 +145,13 @@ impl Request {
 
 impl Pending {
     pub fn new() -> Self {
-        Pending { by_priority: BTreeMap::new(), by_age: BTreeSet::new(), counts: Fenwick::new() }
+        Pending {
+            by_priority: BTreeMap::new(),
+            urgent: BTreeMap::new(),
+            by_expiry: BTreeSet::new(),
+            by_age: BTreeSet::new(),
+            counts: Fenwick::new(),
+        }
     }
 }
 

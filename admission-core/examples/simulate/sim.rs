@@ -21,7 +21,7 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use admission_core::adaptive_limit::{AdaptiveLimit, AdaptiveLimitConfig};
-use admission_core::queue_policy::{Conditions, Door, QueuePolicy, Rates, Step};
+use admission_core::queue_policy::{serve_next, Conditions, Door, QueuePolicy, Rates, Step};
 use admission_core::{
     AdmissionEngine, AdmissionLevel, Decision, EngineConfig, ManualClock, Priority,
     UserPriorityHasher,
@@ -444,8 +444,14 @@ pub fn run(cfg: &SimConfig) -> Summary {
             let user = user_levels[rng.random_range(0..cfg.users) as usize];
             let p = Priority { business: class, user };
             let id = requests.len() as u64;
-            let r =
-                Request { arrival: now, deadline: now + timeout_ns, class, compound: p.compound() };
+            let mut r = Request {
+                arrival: now,
+                deadline: now + timeout_ns,
+                class,
+                compound: p.compound(),
+                expiry: 0,
+            };
+            r.expiry = policy.expiry(&r.waiter());
             requests.push(r);
             ends.push(None);
             let w = &mut windows[second];
@@ -473,7 +479,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
             }
         } else if now == next_give_up {
             let Reverse((_, compound, id)) = give_ups.pop().expect("exists");
-            let Some(r) = pending.by_priority.get(&(compound, id)).copied() else { continue };
+            let Some(r) = pending.get((compound, id)).copied() else { continue };
             let mut waiting = SimQueue::new(&mut pending, rates(&engine, &limit));
             let at = conditions(&engine, now, typical_app);
             let step = queue::timer_turn(&policy, &r, &at, &mut waiting);
@@ -506,9 +512,10 @@ pub fn run(cfg: &SimConfig) -> Summary {
             limit.observe_held(now, inflight);
             limit.tick(now);
         }
-        // Hand waiting requests to the app while the limit allows.
+        // Hand waiting requests to the app while the limit allows, in the policy's order.
+        let urgent_until = policy.urgent_until(&conditions(&engine, now, typical_app));
         while inflight < limit.limit() {
-            let Some((id, r)) = pending.pop_most_important() else { break };
+            let Some((id, r)) = serve_next(urgent_until, &mut pending) else { break };
             let waited = now - r.arrival;
             engine.record_queuing(Duration::from_nanos(waited));
             let w = &mut windows[second];

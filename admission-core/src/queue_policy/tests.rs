@@ -178,3 +178,224 @@ proptest! {
         prop_assert!(q.evicted.iter().all(|&c| c > me.compound()));
     }
 }
+
+// === the service order ===
+
+/// The queue's two tiers as a plain list: each waiter's key (compound, arrival order), its
+/// expiry, and whether it was promoted.
+#[derive(Debug, Clone, Default)]
+struct Tiers {
+    waiters: Vec<Queued>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Queued {
+    key: (u16, u64),
+    expiry: u64,
+    give_up: u64,
+    urgent: bool,
+}
+
+impl Tiers {
+    fn take(&mut self, pick: impl Fn(&Queued) -> bool) -> Option<Queued> {
+        let i = (0..self.waiters.len())
+            .filter(|&i| pick(&self.waiters[i]))
+            .min_by_key(|&i| self.waiters[i].key)?;
+        Some(self.waiters.swap_remove(i))
+    }
+}
+
+impl ServiceOrder for Tiers {
+    type Instant = u64;
+    type Served = Queued;
+
+    fn promote_expiring_before(&mut self, until: u64) {
+        for w in &mut self.waiters {
+            w.urgent |= w.expiry < until;
+        }
+    }
+    fn pop_most_important_urgent(&mut self) -> Option<Queued> {
+        self.take(|w| w.urgent)
+    }
+    fn pop_most_important(&mut self) -> Option<Queued> {
+        self.take(|_| true)
+    }
+}
+
+/// How a run of the one-server model ended.
+#[derive(Debug, Default)]
+struct Run {
+    /// (served, instant, the waiters still queued then).
+    served: Vec<(Queued, u64, Vec<Queued>)>,
+    given_up: Vec<Queued>,
+}
+
+/// One server taking `service` per request, in front of the policy's queue; `arrivals` are
+/// (instant, compound), sorted. Every request's budget is the 500 ms task timeout; the app's
+/// typical time is `service`. A waiter still queued at its give-up instant is given up.
+/// `order`: the service order's bound at a dequeue instant.
+fn serve_all(arrivals: &[(u64, u16)], service: u64, order: impl Fn(u64) -> Option<u64>) -> Run {
+    let policy = policy();
+    let mut queue = Tiers::default();
+    let mut run = Run::default();
+    let (mut next, mut free_at) = (0, 0u64);
+    loop {
+        let now = match (queue.waiters.is_empty(), arrivals.get(next)) {
+            (true, None) => return run,
+            (true, Some(&(at, _))) => at.max(free_at),
+            (false, _) => free_at,
+        };
+        while let Some(&(at, compound)) = arrivals.get(next).filter(|a| a.0 <= now) {
+            let w = Waiter {
+                priority: Priority::from_compound(compound).expect("valid"),
+                arrival: at,
+                deadline: at + 500 * MS,
+            };
+            let give_up = give_up_at(w.arrival, w.deadline, 500 * MS, service);
+            let key = (compound, next as u64);
+            queue.waiters.push(Queued { key, expiry: policy.expiry(&w), give_up, urgent: false });
+            next += 1;
+        }
+        let (gone, kept) = queue.waiters.iter().partition(|w| w.give_up <= now);
+        queue.waiters = kept;
+        run.given_up.extend::<Vec<Queued>>(gone);
+        if let Some(w) = serve_next(order(now), &mut queue) {
+            run.served.push((w, now, queue.waiters.clone()));
+            free_at = now + service;
+        }
+    }
+}
+
+fn not_binding(service: u64) -> impl Fn(u64) -> Option<u64> {
+    move |now| policy().urgent_until(&Conditions { typical_app: service, ..at(now, false) })
+}
+
+fn binding(service: u64) -> impl Fn(u64) -> Option<u64> {
+    move |now| policy().urgent_until(&Conditions { typical_app: service, ..at(now, true) })
+}
+
+/// The longest wait a FIFO queue gives these arrivals on the one-server model.
+fn fifo_max_wait(arrivals: &[(u64, u16)], service: u64) -> u64 {
+    let mut free_at = 0u64;
+    let mut longest = 0;
+    for &(at, _) in arrivals {
+        let start = free_at.max(at);
+        longest = longest.max(start - at);
+        free_at = start + service;
+    }
+    longest
+}
+
+/// 1.5x of a 1 ms app for 500 ms, then 500 ms off, twice; classes 10/30/60, users spread.
+fn on_off_bursts() -> Vec<(u64, u16)> {
+    let mut arrivals = Vec::new();
+    for burst in 0..2u64 {
+        for i in 0..750u64 {
+            let at = burst * 1_000 * MS + i * 2 * MS / 3;
+            let business = match i % 10 {
+                0 => 0,
+                1..=3 => 1,
+                _ => 2,
+            };
+            let user = ((i * 37) % 128) as u8;
+            arrivals.push((at, p(business, user).compound()));
+        }
+    }
+    arrivals
+}
+
+#[test]
+fn a_burst_on_a_healthy_app_gives_nobody_up() {
+    // Priority order alone starves the least important for the whole burst and its drain.
+    let arrivals = on_off_bursts();
+    let priority_only = serve_all(&arrivals, MS, binding(MS));
+    assert!(priority_only.given_up.len() > 50, "{}", priority_only.given_up.len());
+    // The service order serves them in the last quarter of their budget.
+    let run = serve_all(&arrivals, MS, not_binding(MS));
+    assert_eq!(run.given_up, vec![]);
+    assert!(fifo_max_wait(&arrivals, MS) < 260 * MS);
+}
+
+#[test]
+fn the_horizon_is_the_apps_time_plus_a_quarter_of_the_budget_and_none_while_binding() {
+    let c = Conditions { typical_app: 10 * MS, ..at(1_000 * MS, false) };
+    assert_eq!(policy().urgency_horizon(&c), Some(135 * MS));
+    assert_eq!(policy().urgent_until(&c), Some(1_135 * MS));
+    assert_eq!(policy().urgency_horizon(&Conditions { level_binds: true, ..c }), None);
+    // The budget's end: the deadline, or the task timeout if sooner.
+    let w = Waiter { priority: p(0, 0), arrival: 100 * MS, deadline: 300 * MS };
+    assert_eq!(policy().expiry(&w), 300 * MS);
+    assert_eq!(policy().expiry(&Waiter { deadline: 9_000 * MS, ..w }), 600 * MS);
+}
+
+/// Arrivals: (gap after the previous one in units of the service time / 4, compound).
+fn arrivals() -> impl Strategy<Value = (Vec<(u64, u16)>, u64)> {
+    let gaps = prop::collection::vec((0u64..10, (0u8..4, 0u8..128)), 1..120);
+    (gaps, 1u64..20).prop_map(|(gaps, service_ms)| {
+        let service = service_ms * MS;
+        let mut at = 0;
+        let list = gaps
+            .into_iter()
+            .map(|(gap, (b, u))| {
+                at += gap * service / 4;
+                (at, p(b, u).compound())
+            })
+            .collect();
+        (list, service)
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, max_global_rejects: 100_000, ..ProptestConfig::default() })]
+
+    /// (a) With the level not binding, a queue a FIFO drains well within the horizon gives
+    /// nobody up, whatever the priorities.
+    #[test]
+    fn with_the_level_open_what_a_fifo_drains_nobody_gives_up((arrivals, service) in arrivals()) {
+        let horizon = policy().urgency_horizon(&Conditions { typical_app: service, ..at(0, false) }).expect("open");
+        prop_assume!(fifo_max_wait(&arrivals, service) + service < horizon - service);
+        let run = serve_all(&arrivals, service, not_binding(service));
+        prop_assert_eq!(run.given_up, vec![]);
+    }
+
+    /// (b) While the level binds, the order is the priority order (FIFO within a compound),
+    /// whatever was promoted while it did not.
+    #[test]
+    fn while_the_level_binds_the_order_is_priority_order(
+        (arrivals, service) in arrivals(),
+        open_until_ms in 0u64..1_000,
+    ) {
+        let run = serve_all(&arrivals, service, |now| {
+            if now < open_until_ms * MS { not_binding(service)(now) } else { binding(service)(now) }
+        });
+        for (served, now, left) in &run.served {
+            if *now >= open_until_ms * MS {
+                prop_assert!(left.iter().all(|w| w.key > served.key), "{served:?} at {now}");
+            }
+        }
+    }
+
+    /// (c) A more important waiter is never delayed past its give-up by the rule: whoever is
+    /// served, no more important waiter is urgent; so a waiter is served ahead of only more
+    /// important ones for the last horizon of its budget, and one given up was passed in
+    /// that span by more important waiters only.
+    #[test]
+    fn the_urgent_are_never_passed_by_the_less_important((arrivals, service) in arrivals()) {
+        let order = not_binding(service);
+        let run = serve_all(&arrivals, service, &order);
+        for (served, now, left) in &run.served {
+            let until = order(*now).expect("open");
+            for w in left.iter().filter(|w| w.key < served.key) {
+                prop_assert!(w.expiry >= until, "{w:?} passed by {served:?} at {now}");
+            }
+        }
+        for gone in &run.given_up {
+            for (served, now, _) in &run.served {
+                let queued = *now >= arrivals[gone.key.1 as usize].0 && *now < gone.give_up;
+                if queued && gone.expiry < order(*now).expect("open") {
+                    prop_assert!(served.key < gone.key, "{gone:?} passed by {served:?} at {now}");
+                }
+            }
+        }
+    }
+}

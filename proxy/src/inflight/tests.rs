@@ -93,7 +93,7 @@ async fn shadow_waits_past_the_bound_and_says_so() {
     let limit = InflightLimit::new(1, 0);
     let held = limit.try_slot().unwrap();
     let l = limit.clone();
-    let waiter = tokio::spawn(async move { l.slot_past_bound(LOW).await.1 });
+    let waiter = tokio::spawn(async move { l.slot_past_bound(LOW, None).await.1 });
     queued_until(&limit, 1).await;
     drop(held);
     assert!(waiter.await.unwrap(), "over the bound");

@@ -1,12 +1,17 @@
-//! The requests waiting for a slot, ordered most important first and, within one compound
-//! priority, oldest first. Entries live in a slab indexed by ticket so a waiter finds its own
-//! entry (to learn it was granted or evicted, or to leave) without searching; the slab and
-//! its free list are reused, so a steady queue allocates only when it reaches a new depth.
+//! The requests waiting for a slot, in two tiers: the urgent waiters (their budget is
+//! running out) and the rest, each ordered most important first and, within one compound
+//! priority, oldest first. Who is granted next is the queue policy's
+//! [`serve_next`](admission_core::queue_policy::serve_next): the urgent tier first while the
+//! level does not bind, the most important of both tiers while it does. Entries live in a
+//! slab indexed by ticket so a waiter finds its own entry (to learn it was granted or
+//! evicted, or to leave) without searching; the slab and its free list are reused, so a
+//! steady queue allocates only when it reaches a new depth.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
+use admission_core::queue_policy::ServiceOrder;
 use admission_core::Priority;
 
 /// A waiter's handle on its entry.
@@ -24,8 +29,12 @@ pub(super) enum Outcome {
 
 #[derive(Debug, Default)]
 pub(super) struct Waiting {
-    /// Dequeue order: the smallest key is the next to go.
+    /// The waiters not (yet) urgent, the smallest key first.
     order: BTreeMap<Key, usize>,
+    /// The urgent waiters, the smallest key first.
+    urgent: BTreeMap<Key, usize>,
+    /// The waiters in `order` that have an expiry, soonest first.
+    by_expiry: BTreeSet<(Instant, Key)>,
     entries: Vec<Entry>,
     vacant: Vec<usize>,
     next_seq: u64,
@@ -40,7 +49,7 @@ struct Key {
 
 #[derive(Debug)]
 enum Entry {
-    Waiting { key: Key, waker: Option<Waker>, since: Instant },
+    Waiting { key: Key, expiry: Option<Instant>, waker: Option<Waker>, since: Instant },
     Done(Outcome),
     Vacant,
 }
@@ -49,17 +58,18 @@ enum Entry {
 
 impl Waiting {
     pub(super) fn len(&self) -> usize {
-        self.order.len()
+        self.order.len() + self.urgent.len()
     }
 
     pub(super) fn is_empty(&self) -> bool {
-        self.order.is_empty()
+        self.order.is_empty() && self.urgent.is_empty()
     }
 
-    pub(super) fn push(&mut self, priority: Priority) -> Ticket {
+    /// Queues a waiter whose budget ends at `expiry` (`None`: never urgent).
+    pub(super) fn push(&mut self, priority: Priority, expiry: Option<Instant>) -> Ticket {
         let key = Key { priority: priority.compound(), seq: self.next_seq };
         self.next_seq += 1;
-        let entry = Entry::Waiting { key, waker: None, since: Instant::now() };
+        let entry = Entry::Waiting { key, expiry, waker: None, since: Instant::now() };
         let index = match self.vacant.pop() {
             Some(i) => {
                 self.entries[i] = entry;
@@ -71,13 +81,17 @@ impl Waiting {
             }
         };
         self.order.insert(key, index);
+        if let Some(expiry) = expiry {
+            self.by_expiry.insert((expiry, key));
+        }
         Ticket(index)
     }
 
     /// When the longest-waiting request joined (arrival order is `seq` order). Walks the
     /// queue: called from the 50 ms timer, on a queue of at most `max_queued`.
     pub(super) fn oldest_since(&self) -> Option<Instant> {
-        let (_, &index) = self.order.iter().min_by_key(|(key, _)| key.seq)?;
+        let (_, &index) =
+            self.order.iter().chain(self.urgent.iter()).min_by_key(|(key, _)| key.seq)?;
         match self.entries[index] {
             Entry::Waiting { since, .. } => Some(since),
             Entry::Done(_) | Entry::Vacant => None,
@@ -85,19 +99,51 @@ impl Waiting {
     }
 
     /// Waiters at least as important as `p` (who would be served before a newcomer at `p`).
+    /// (The urgent tier is not counted apart: the door predicts waits in priority order.)
     pub(super) fn ahead_of(&self, p: Priority) -> usize {
-        self.order.range(..=Key { priority: p.compound(), seq: u64::MAX }).count()
+        let bound = ..=Key { priority: p.compound(), seq: u64::MAX };
+        self.order.range(bound).count() + self.urgent.range(bound).count()
     }
 
     /// Whether anyone less important than `p` waits.
     pub(super) fn any_less_important_than(&self, p: Priority) -> bool {
-        self.order.last_key_value().is_some_and(|(key, _)| key.priority > p.compound())
+        self.last_key().is_some_and(|key| key.priority > p.compound())
     }
 
-    /// Grants the most important waiter (the caller counts it in flight); its waker to wake.
-    pub(super) fn grant_most_important(&mut self) -> Option<Option<Waker>> {
-        let (_, index) = self.order.pop_first()?;
-        Some(self.finish(index, Outcome::Granted))
+    /// The least important waiter of both tiers.
+    fn last_key(&self) -> Option<Key> {
+        let normal = self.order.last_key_value().map(|(&key, _)| key);
+        let urgent = self.urgent.last_key_value().map(|(&key, _)| key);
+        normal.max(urgent)
+    }
+
+    /// The most important waiter of both tiers.
+    fn first_key(&self) -> Option<Key> {
+        let normal = self.order.first_key_value().map(|(&key, _)| key);
+        let urgent = self.urgent.first_key_value().map(|(&key, _)| key);
+        match (normal, urgent) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Takes `key` out of whichever tier holds it (and the expiry index); its slab index.
+    fn unlink(&mut self, key: Key) -> Option<usize> {
+        if let Some(index) = self.order.remove(&key) {
+            if let Entry::Waiting { expiry: Some(expiry), .. } = self.entries[index] {
+                self.by_expiry.remove(&(expiry, key));
+            }
+            return Some(index);
+        }
+        self.urgent.remove(&key)
+    }
+
+    /// Grants the next waiter in the policy's order (`urgent_until`: see
+    /// [`serve_next`](admission_core::queue_policy::serve_next)); the caller counts it in
+    /// flight. Its waker to wake.
+    pub(super) fn grant_next(&mut self, urgent_until: Option<Instant>) -> Option<Option<Waker>> {
+        admission_core::queue_policy::serve_next(urgent_until, self)
+            .map(|index| self.finish(index, Outcome::Granted))
     }
 
     /// Evicts the least important waiter if it is less important than `newcomer`.
@@ -105,11 +151,11 @@ impl Waiting {
         &mut self,
         newcomer: Priority,
     ) -> Option<Option<Waker>> {
-        let (key, _) = self.order.last_key_value()?;
+        let key = self.last_key()?;
         if key.priority <= newcomer.compound() {
             return None;
         }
-        let (_, index) = self.order.pop_last()?;
+        let index = self.unlink(key)?;
         Some(self.finish(index, Outcome::Evicted))
     }
 
@@ -144,8 +190,8 @@ impl Waiting {
     /// already ended unseen: a granted slot must then be given back.
     pub(super) fn leave(&mut self, ticket: Ticket) -> Option<Outcome> {
         let outcome = match &self.entries[ticket.0] {
-            Entry::Waiting { key, .. } => {
-                self.order.remove(key);
+            &Entry::Waiting { key, .. } => {
+                self.unlink(key);
                 None
             }
             Entry::Done(outcome) => Some(*outcome),
@@ -158,5 +204,32 @@ impl Waiting {
     fn vacate(&mut self, index: usize) {
         self.entries[index] = Entry::Vacant;
         self.vacant.push(index);
+    }
+}
+
+/// The tiers as the policy's service order sees them: serving yields the slab index.
+impl ServiceOrder for Waiting {
+    type Instant = Instant;
+    type Served = usize;
+
+    fn promote_expiring_before(&mut self, until: Instant) {
+        while let Some(&(expiry, key)) = self.by_expiry.first() {
+            if expiry >= until {
+                break;
+            }
+            self.by_expiry.pop_first();
+            if let Some(index) = self.order.remove(&key) {
+                self.urgent.insert(key, index);
+            }
+        }
+    }
+
+    fn pop_most_important_urgent(&mut self) -> Option<usize> {
+        self.urgent.pop_first().map(|(_, index)| index)
+    }
+
+    fn pop_most_important(&mut self) -> Option<usize> {
+        let key = self.first_key()?;
+        self.unlink(key)
     }
 }

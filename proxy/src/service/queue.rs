@@ -1,4 +1,4 @@
-//! The queue layer's wait: a slot in priority order, a bounded share per connection, and the
+//! The queue layer's wait: a slot in the service order, a bounded share per connection, and the
 //! accounting of every way a wait can end (granted, refused, evicted, or the caller leaving,
 //! which drops the future); and the glue that lends the queue and the sidecar's state to the
 //! queue policy ([`admission_core::queue_policy`]).
@@ -37,15 +37,19 @@ enum Ended {
 }
 
 impl<A: AppClient> Inbound<A> {
-    /// Waits for an in-flight slot in priority order. `Err` = refused (queue full or this
-    /// connection's share used up) or evicted by a more important newcomer. In shadow mode
-    /// a full queue neither refuses nor evicts; the flag says it would have.
+    /// Waits for an in-flight slot in the service order (priority order, the urgent first
+    /// while the level does not bind). `Err` = refused (queue full or this connection's
+    /// share used up) or evicted by a more important newcomer. In shadow mode a full queue
+    /// neither refuses nor evicts; the flag says it would have.
     pub(super) async fn wait_for_slot(
         &self,
         conn: &ConnState,
-        priority: Priority,
+        waiter: &Waiter,
         refused: &AtomicBool,
     ) -> Result<(Slot, bool), ()> {
+        let priority = waiter.priority;
+        let clock = self.shared.engine.clock();
+        let expiry = Some(clock.instant_at(self.queue_policy.expiry(waiter)));
         let share_used = conn.queued.fetch_add(1, AcqRel) >= self.max_queued_per_connection;
         let mut waiting =
             Waiting { inbound: self, conn, refused, since: Instant::now(), ended: None };
@@ -55,11 +59,11 @@ impl<A: AppClient> Inbound<A> {
         }
         let limit = &self.shared.limit;
         if self.shadow() {
-            let (slot, over) = limit.slot_past_bound(priority).await;
+            let (slot, over) = limit.slot_past_bound(priority, expiry).await;
             waiting.ended = Some(Ended::Granted);
             return Ok((slot, over || share_used));
         }
-        match limit.slot(priority).await {
+        match limit.slot_until(priority, expiry).await {
             Ok(slot) => {
                 waiting.ended = Some(Ended::Granted);
                 Ok((slot, false))
@@ -162,10 +166,20 @@ impl<A: AppClient> Inbound<A> {
         }
     }
 
-    /// The door, for a request that found no free slot.
+    /// The door, for a request that found no free slot. It also refreshes the queue's
+    /// urgency horizon: every request that may queue passes here, and while the queue is
+    /// empty its order does not matter.
     pub(super) fn door(&self, waiter: &Waiter) -> Door {
         let queue = self.sidecar_queue();
-        door_turn(&self.queue_policy, waiter, &self.conditions(Instant::now()), &queue)
+        let at = self.conditions(Instant::now());
+        self.refresh_service_order(&at);
+        door_turn(&self.queue_policy, waiter, &at, &queue)
+    }
+
+    /// Tells the queue the service order's horizon now (none while the level binds).
+    fn refresh_service_order(&self, at: &Conditions) {
+        let horizon = self.queue_policy.urgency_horizon(at).map(Duration::from_nanos);
+        self.shared.limit.set_urgency_horizon(horizon);
     }
 
     /// The waiter's timer: resolves with the verdict that ends its wait (its budget gone, or
@@ -180,6 +194,7 @@ impl<A: AppClient> Inbound<A> {
         loop {
             tokio::time::sleep_until(Instant::from_std(clock.instant_at(at))).await;
             let now = self.conditions(Instant::now());
+            self.refresh_service_order(&now);
             match timer_turn(policy, waiter, &now, &mut self.sidecar_queue()) {
                 Step::Refuse(verdict) => return verdict,
                 Step::CheckAt(next) => at = next,

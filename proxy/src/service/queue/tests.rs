@@ -1,19 +1,20 @@
 //! The proxy's queue glue and the simulator's make the same decisions: the same policy
 //! over their two queues (the in-flight limit's waiters here, the simulator's model there)
-//! on random queue states. A drift in either queue's order, counting or eviction, or in
-//! how either side asks the policy, shows up here.
+//! on random queue states, and the same service order. A drift in either queue's order,
+//! counting or eviction, or in how either side asks the policy, shows up here.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use admission_core::{AdmissionLevel, Priority};
 use proptest::prelude::*;
 
 use super::{door_turn, timer_turn, SidecarQueue};
 use crate::inflight::{InflightLimit, NoSlot, Slot};
-use admission_core::queue_policy::{Conditions, QueuePolicy, Rates};
+use admission_core::queue_policy::{serve_next, Conditions, QueuePolicy, Rates};
 
 #[allow(dead_code)]
 #[path = "../../../../admission-core/examples/simulate/queue.rs"]
@@ -62,7 +63,8 @@ fn state() -> impl Strategy<Value = State> {
 fn request(&(business, user, arrival_ms): &(u8, u8, u64)) -> Request {
     let arrival = arrival_ms * MS;
     let compound = Priority { business, user }.compound();
-    Request { arrival, deadline: arrival + 500 * MS, class: business, compound }
+    let deadline = arrival + 500 * MS;
+    Request { arrival, deadline, class: business, compound, expiry: deadline }
 }
 
 /// Both queues holding `s.waiters`, in arrival order (FIFO within a priority).
@@ -97,6 +99,35 @@ fn conditions(s: &State, now: u64) -> Conditions {
 fn policy(s: &State) -> QueuePolicy {
     let ms = std::time::Duration::from_millis;
     QueuePolicy::new(ms(500), ms(s.max_wait_ms), false)
+}
+
+/// The proxy's queue holding `s.waiters` with their expiries, on a clock where one of the
+/// state's milliseconds is a second, half a second early: the test's own time (well under
+/// half a second) never moves an expiry across the urgency bound.
+fn proxy_queue_with_expiries(s: &State) -> (Arc<InflightLimit>, Slot, Vec<Waiting>) {
+    let limit = InflightLimit::new(1, 1_000);
+    let held = limit.try_slot().expect("a free slot");
+    let mut cx = Context::from_waker(Waker::noop());
+    let start = std::time::Instant::now();
+    let at = |ms: u64| {
+        let ahead = Duration::from_secs(ms) + Duration::from_millis(500);
+        let back = Duration::from_secs(s.now_ms);
+        (start + ahead).checked_sub(back).expect("the clock runs for an hour")
+    };
+    let proxy = s
+        .waiters
+        .iter()
+        .map(|w| {
+            let r = request(w);
+            let (limit, expiry) = (limit.clone(), at(r.expiry / MS));
+            let priority = Priority::from_compound(r.compound).expect("valid");
+            let mut wait: Waiting =
+                Box::pin(async move { limit.slot_until(priority, Some(expiry)).await });
+            assert!(wait.as_mut().poll(&mut cx).is_pending(), "queued");
+            wait
+        })
+        .collect();
+    (limit, held, proxy)
 }
 
 /// Which of the proxy's waiters were evicted (their futures ended in `Evicted`).
@@ -137,6 +168,39 @@ proptest! {
         sim_evicted.sort_unstable();
         prop_assert_eq!(evicted(&mut proxy), sim_evicted);
         prop_assert_eq!(limit.queued(), sim.len());
+    }
+
+    /// Slots free one at a time: both queues grant them in the same order, the urgent first
+    /// while the level does not bind.
+    #[test]
+    fn the_service_order_is_the_simulators(s in state()) {
+        let at = conditions(&s, s.now_ms * MS);
+        let policy = policy(&s);
+        let horizon = policy.urgency_horizon(&at);
+        // The simulator: one instant, the policy's bound.
+        let mut sim = queues(&s).3;
+        let until = policy.urgent_until(&at);
+        let sim_order: Vec<u64> =
+            std::iter::from_fn(|| serve_next(until, &mut sim).map(|(id, _)| id)).collect();
+        // The proxy: the same bound, in seconds (see `proxy_queue_with_expiries`).
+        let (limit, held, mut proxy) = proxy_queue_with_expiries(&s);
+        limit.set_urgency_horizon(horizon.map(|h| Duration::from_secs(h / MS)));
+        let mut proxy_order = Vec::new();
+        let mut cx = Context::from_waker(Waker::noop());
+        let mut slot = Some(held);
+        while let Some(freed) = slot.take() {
+            drop(freed);
+            for (id, wait) in proxy.iter_mut().enumerate() {
+                if proxy_order.contains(&(id as u64)) {
+                    continue;
+                }
+                if let Poll::Ready(granted) = wait.as_mut().poll(&mut cx) {
+                    proxy_order.push(id as u64);
+                    slot = Some(granted.expect("granted"));
+                }
+            }
+        }
+        prop_assert_eq!(proxy_order, sim_order);
     }
 
     /// A newcomer finds no free slot: both doors queue it or both refuse it.
