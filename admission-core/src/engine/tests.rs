@@ -204,6 +204,11 @@ fn a_cut_behind_propagating_callers_honours_the_old_level_briefly() {
     censored(&e, 100);
     let after = e.level();
     assert!(after < before, "cut from {before} to {after}");
+    // The window that closed holds what the callers sent under the old level, so the new
+    // level would bind on it; but the callers refuse beyond the new level from their next
+    // response on, so it does not bind (the queue's max wait stays off): binding on that
+    // window refused, for a whole window, what the callers had already filtered.
+    assert!(!e.level_binds(), "a cut behind filtering callers does not bind");
     // ...yet what the callers sent under the old level before they heard is admitted for
     // the grace, and refused after it.
     let between = user(before.priority().user);
@@ -280,6 +285,21 @@ struct FluidApp {
     owed: f64,
     served: f64,
     next: u32,
+    /// The engine's level each millisecond, newest last (what a caller learns late).
+    levels: std::collections::VecDeque<AdmissionLevel>,
+}
+
+/// What a run of [`FluidApp::run_behind`] saw.
+#[derive(Debug, Default)]
+struct FluidCounts {
+    /// Refused by the caller's egress (above its cached level), never sent.
+    upstream: u64,
+    /// Sent, and refused here by the level.
+    refused: u64,
+    /// Sent.
+    arrived: u64,
+    /// Completed by the app.
+    served: u64,
 }
 
 impl FluidApp {
@@ -292,14 +312,31 @@ impl FluidApp {
             owed: 0.0,
             served: 0.0,
             next: 0,
+            levels: Default::default(),
         }
     }
 
     /// Runs `ms` milliseconds at `multiple(ms since the start of the run)` times capacity;
     /// returns how many arrivals the level refused.
     fn run(&mut self, ms: u64, multiple: impl Fn(u64) -> f64) -> u64 {
-        let mut refused = 0;
+        self.run_behind(ms, multiple, None).refused
+    }
+
+    /// As [`FluidApp::run`], behind a caller whose egress refuses above the engine's level
+    /// as it was `lag_ms` ago (it learns the level from responses), if `lag_ms` is given.
+    fn run_behind(
+        &mut self,
+        ms: u64,
+        multiple: impl Fn(u64) -> f64,
+        lag_ms: Option<u64>,
+    ) -> FluidCounts {
+        let mut counts = FluidCounts::default();
         for t in 0..ms {
+            self.levels.push_back(self.e.level());
+            while self.levels.len() > lag_ms.unwrap_or(0) as usize + 1 {
+                self.levels.pop_front();
+            }
+            let cached = lag_ms.and_then(|_| self.levels.front().copied());
             self.owed += multiple(t) * self.capacity / 1000.0;
             while self.owed >= 1.0 {
                 self.owed -= 1.0;
@@ -308,8 +345,13 @@ impl FluidApp {
                     business: (self.next % 10).min(2) as u8 % 3,
                     user: (self.next.wrapping_mul(37) % 128) as u8,
                 };
+                if cached.is_some_and(|level| !level.admits(p)) {
+                    counts.upstream += 1;
+                    continue;
+                }
+                counts.arrived += 1;
                 if self.e.admit(p) == Decision::Shed {
-                    refused += 1;
+                    counts.refused += 1;
                 } else {
                     self.queue.push_back(self.ms);
                 }
@@ -318,6 +360,7 @@ impl FluidApp {
             while self.served >= 1.0 {
                 let Some(at) = self.queue.pop_front() else { break };
                 self.served -= 1.0;
+                counts.served += 1;
                 self.e.record_queuing(Duration::from_millis(self.ms - at));
                 self.e.record_completion();
             }
@@ -331,53 +374,37 @@ impl FluidApp {
                 self.e.tick();
             }
         }
-        refused
+        counts
     }
 }
 
-/// On/off bursts above capacity whose load over any nominal window (1 s) fits the app: the
-/// queue absorbs each burst and drains in the lull, so nothing is refused by the level, in
-/// whatever phase the windows fall. The same app then at 3x sustained is cut within a second.
-fn bursts_queue_and_a_sustained_step_is_cut(multiple: f64, on_ms: u64, offset_ms: u64) {
-    let mut app = FluidApp::new(1_000.0);
-    // The capacity is measured (a saturating second), then the load goes away.
-    app.run(2_000, |_| 2.0);
-    app.run(1_000 + offset_ms, |_| 0.0);
-    let period = 2 * on_ms;
-    let refused = app.run(8_000, |t| if t % period < on_ms { multiple } else { 0.0 });
-    assert_eq!(refused, 0, "{multiple}x for {on_ms} ms on, {on_ms} off: refused {refused}");
-    let refused = app.run(1_000, |_| 3.0);
-    assert!(refused > 0, "3x sustained for a second was never cut");
-}
-
+/// Behind a caller whose egress refuses above this engine's level (learnt 40 ms late), the
+/// histogram is censored: only what the level admits arrives. The level must not fall on
+/// that (admitting a fraction of the censored arrivals, window after window), and must
+/// keep the app busy: at 3x for 15 s the app serves at least 97% of its capacity, next to
+/// nothing that arrives is refused here, and the level does not drift down. (The law that
+/// aimed 10% under the app's rate behind such callers served 95.5% here.)
 #[test]
-fn bursts_that_fit_a_window_queue_and_are_not_refused() {
-    for offset_ms in [0, 150, 300, 450] {
-        bursts_queue_and_a_sustained_step_is_cut(1.5, 500, offset_ms);
+fn behind_a_filtering_caller_the_level_does_not_keep_falling() {
+    let mut app = FluidApp::new(1_000.0);
+    app.run_behind(2_000, |_| 0.5, Some(40));
+    app.run_behind(5_000, |_| 3.0, Some(40));
+    let settled = app.e.level();
+    let mut lowest = AdmissionLevel::FULLY_OPEN;
+    let mut total = FluidCounts::default();
+    for _ in 0..15 {
+        let c = app.run_behind(1_000, |_| 3.0, Some(40));
+        lowest = lowest.min(app.e.level());
+        total.upstream += c.upstream;
+        total.refused += c.refused;
+        total.arrived += c.arrived;
+        total.served += c.served;
     }
-}
-
-/// The most milliseconds of load any 1 s span holds, bursts of `on_ms` every `2 * on_ms`.
-fn most_on_in_a_second(on_ms: u64) -> u64 {
-    let period = 2 * on_ms;
-    let whole = 1_000 / period;
-    whole * on_ms + (1_000 - whole * period).min(on_ms)
-}
-
-proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
-    /// Bursts of 1.1-1.6x for 100-500 ms, each followed by as long a lull, at any phase
-    /// against the windows, as long as no 1 s span holds more than 0.75x of the app (the
-    /// capacity law's unit; 500 ms at 1.5x holds 0.75x): never refused by the level.
-    /// (Not up to 0.85x: 431 ms at 1.49x, 569 ms of load in a 1 s span, was refused 97 of
-    /// ~5,000 at one phase; kept in proptest-regressions under the 0.75x bound.)
-    #[test]
-    fn bursts_that_fit_every_second_are_never_refused_at_any_phase(
-        multiple in 1.1f64..1.6,
-        on_ms in 100u64..=500,
-        offset_ms in 0u64..1_000,
-    ) {
-        let multiple = multiple.min(750.0 / most_on_in_a_second(on_ms) as f64);
-        bursts_queue_and_a_sustained_step_is_cut(multiple, on_ms, offset_ms);
-    }
+    assert!(total.served >= 14_550, "the app served {} of 15000: {total:?}", total.served);
+    assert!(total.refused * 100 <= total.arrived, "refused here: {total:?}");
+    assert!(
+        lowest.compound() + 4 >= settled.compound(),
+        "the level fell from {settled} to {lowest}"
+    );
+    assert!(total.upstream > 25_000, "the caller refused the surplus: {total:?}");
 }
