@@ -139,11 +139,6 @@ impl CapacityLaw {
             Zone::Hold if near(w.admitted as f64, target) => current,
             Zone::Hold if w.busy_ns == 0 => proposed.max(current),
             Zone::Hold => proposed,
-            // Censored and within the dead band of the target: stay. A censored window's
-            // arrivals are what the callers let through at this level, so each window's
-            // Poisson noise would otherwise move the level down and up, and every move down
-            // refuses what the callers sent before they heard of it.
-            Zone::Relax if censored && near(w.admitted as f64, target) => current,
             // Censored, more admitted than the target: the queue is short
             // because this sidecar's wait bound refuses the surplus, after it
             // crossed the network. Sit at the target like a hold would.
@@ -219,13 +214,10 @@ fn top_class(histogram: &[u32]) -> u8 {
 /// wait, never as a timeout).
 const CAPACITY_MARGIN: f64 = -0.1;
 /// The margin instead when the window is censored (see [`is_censored`]): callers' egress
-/// refuse above the level before sending, for free, while whatever this sidecar refuses has
-/// crossed the network and cost the callers their work. So aim a little under the app's
-/// rate, where nothing admitted is refused. Not 10% under, as it was: that left the
-/// bottleneck idle a tenth of the time on purpose (multihop-bench: B at 75-89% busy, M^k
-/// 5-9 pp under f_sat/f; the fluid test behind a filtering caller: 95.5% of the app served,
-/// 98.0% at 3%).
-const CENSORED_MARGIN: f64 = 0.03;
+/// refuse above the level before sending, for free, while whatever this sidecar's wait
+/// bound refuses has crossed the network and cost the callers their work. So aim under
+/// the app's rate, where the queue stays short and nothing admitted is refused.
+const CENSORED_MARGIN: f64 = 0.1;
 /// Inside the hysteresis band, the capacity law keeps a level that admits within this
 /// fraction of its target.
 const HOLD_BAND: f64 = 0.05;
@@ -349,14 +341,6 @@ impl CapacityLaw {
             && censored
             && zone == Zone::Relax
             && secs(w) >= MIN_JUDGED_WINDOW * self.window_secs
-            // Only when the app already completes about the censored target: otherwise the
-            // estimate has room for more and `open_beyond_arrivals` opens by it. Probing
-            // past a right estimate raised it to twice what completed, opened the level
-            // far past the app, let the callers' backlog in and cut again (a limit cycle:
-            // multihop-bench's B sat at ~85% busy, jumped 205 -> 346, queued, cut to 268).
-            && self.capacity_per_sec.is_none_or(|c| {
-                w.completed as f64 / secs(w) >= (1.0 - CENSORED_MARGIN) * (1.0 - HOLD_BAND) * c
-            })
         {
             // The same with the refusals made upstream (callers' egress refuses above the
             // level this sidecar advertises), unseen here: a whole window (at least half
