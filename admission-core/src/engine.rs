@@ -450,15 +450,17 @@ impl<C: Clock> AdmissionEngine<C> {
             self.grace_until.store(now.saturating_add(CUT_GRACE_NS), Relaxed);
         }
         self.level.store(next.compound(), Relaxed);
-        // Nor does such a cut bind: the window that closed holds what the callers sent under
+        // Nor does such a cut bind, if the window that closed shows the callers filtering
+        // (next to nothing arrived beyond the level in force): it holds what they sent under
         // the old level, but from their next response on they refuse beyond the new one, so
         // what arrives keeps within it. Judged on that window, the level bound for the whole
         // next window, and the queue's max wait (section 8) refused, after the network, what
         // the callers had let through (multihop-bench: B refused 4-13% of what it received
         // behind a propagating caller; 0-1% with this). The next window's own arrivals
-        // decide again: callers that do not filter make it bind then.
-        self.refusing
-            .store(controller::level_binds(&state.scratch, next) && !censored_cut, Relaxed);
+        // decide again: callers that do not filter make it bind then (judged on the window's
+        // arrivals, never on this flag, so an exemption cannot carry over from cut to cut).
+        let filtered = censored_cut && !controller::level_binds(&state.scratch, current);
+        self.refusing.store(controller::level_binds(&state.scratch, next) && !filtered, Relaxed);
         let capacity = state.controller.capacity_estimate().unwrap_or(0.0);
         self.capacity_bits.store(capacity.to_bits(), Relaxed);
         self.overloaded.store(state.detector.overloaded(), Relaxed);
