@@ -443,12 +443,24 @@ impl<C: Clock> AdmissionEngine<C> {
         // send until then was admissible when sent, and refusing it here would waste the
         // work they did for it. The old level holds for a short grace. Not for the first
         // cut from fully open (a lone sidecar's spike: its backlog must not grow).
-        if next < current && current != AdmissionLevel::FULLY_OPEN && !self.level_binds() {
+        let censored_cut =
+            next < current && current != AdmissionLevel::FULLY_OPEN && !self.level_binds();
+        if censored_cut {
             self.grace_level.store(current.compound(), Relaxed);
             self.grace_until.store(now.saturating_add(CUT_GRACE_NS), Relaxed);
         }
         self.level.store(next.compound(), Relaxed);
-        self.refusing.store(controller::level_binds(&state.scratch, next), Relaxed);
+        // Nor does such a cut bind, if the window that closed shows the callers filtering
+        // (next to nothing arrived beyond the level in force): it holds what they sent under
+        // the old level, but from their next response on they refuse beyond the new one, so
+        // what arrives keeps within it. Judged on that window, the level bound for the whole
+        // next window, and the queue's max wait (section 8) refused, after the network, what
+        // the callers had let through (multihop-bench: B refused 4-13% of what it received
+        // behind a propagating caller; 0-1% with this). The next window's own arrivals
+        // decide again: callers that do not filter make it bind then (judged on the window's
+        // arrivals, never on this flag, so an exemption cannot carry over from cut to cut).
+        let filtered = censored_cut && !controller::level_binds(&state.scratch, current);
+        self.refusing.store(controller::level_binds(&state.scratch, next) && !filtered, Relaxed);
         let capacity = state.controller.capacity_estimate().unwrap_or(0.0);
         self.capacity_bits.store(capacity.to_bits(), Relaxed);
         self.overloaded.store(state.detector.overloaded(), Relaxed);

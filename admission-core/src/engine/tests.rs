@@ -204,6 +204,11 @@ fn a_cut_behind_propagating_callers_honours_the_old_level_briefly() {
     censored(&e, 100);
     let after = e.level();
     assert!(after < before, "cut from {before} to {after}");
+    // The window that closed holds what the callers sent under the old level, so the new
+    // level would bind on it; but the callers refuse beyond the new level from their next
+    // response on, so it does not bind (the queue's max wait stays off): binding on that
+    // window refused, for a whole window, what the callers had already filtered.
+    assert!(!e.level_binds(), "a cut behind filtering callers does not bind");
     // ...yet what the callers sent under the old level before they heard is admitted for
     // the grace, and refused after it.
     let between = user(before.priority().user);
@@ -280,6 +285,21 @@ struct FluidApp {
     owed: f64,
     served: f64,
     next: u32,
+    /// The engine's level each millisecond, newest last (what a caller learns late).
+    levels: std::collections::VecDeque<AdmissionLevel>,
+}
+
+/// What a run of [`FluidApp::run_behind`] saw.
+#[derive(Debug, Default)]
+struct FluidCounts {
+    /// Refused by the caller's egress (above its cached level), never sent.
+    upstream: u64,
+    /// Sent, and refused here by the level.
+    refused: u64,
+    /// Sent.
+    arrived: u64,
+    /// Completed by the app.
+    served: u64,
 }
 
 impl FluidApp {
@@ -292,14 +312,31 @@ impl FluidApp {
             owed: 0.0,
             served: 0.0,
             next: 0,
+            levels: Default::default(),
         }
     }
 
     /// Runs `ms` milliseconds at `multiple(ms since the start of the run)` times capacity;
     /// returns how many arrivals the level refused.
     fn run(&mut self, ms: u64, multiple: impl Fn(u64) -> f64) -> u64 {
-        let mut refused = 0;
+        self.run_behind(ms, multiple, None).refused
+    }
+
+    /// As [`FluidApp::run`], behind a caller whose egress refuses above the engine's level
+    /// as it was `lag_ms` ago (it learns the level from responses), if `lag_ms` is given.
+    fn run_behind(
+        &mut self,
+        ms: u64,
+        multiple: impl Fn(u64) -> f64,
+        lag_ms: Option<u64>,
+    ) -> FluidCounts {
+        let mut counts = FluidCounts::default();
         for t in 0..ms {
+            self.levels.push_back(self.e.level());
+            while self.levels.len() > lag_ms.unwrap_or(0) as usize + 1 {
+                self.levels.pop_front();
+            }
+            let cached = lag_ms.and_then(|_| self.levels.front().copied());
             self.owed += multiple(t) * self.capacity / 1000.0;
             while self.owed >= 1.0 {
                 self.owed -= 1.0;
@@ -308,8 +345,13 @@ impl FluidApp {
                     business: (self.next % 10).min(2) as u8 % 3,
                     user: (self.next.wrapping_mul(37) % 128) as u8,
                 };
+                if cached.is_some_and(|level| !level.admits(p)) {
+                    counts.upstream += 1;
+                    continue;
+                }
+                counts.arrived += 1;
                 if self.e.admit(p) == Decision::Shed {
-                    refused += 1;
+                    counts.refused += 1;
                 } else {
                     self.queue.push_back(self.ms);
                 }
@@ -318,6 +360,7 @@ impl FluidApp {
             while self.served >= 1.0 {
                 let Some(at) = self.queue.pop_front() else { break };
                 self.served -= 1.0;
+                counts.served += 1;
                 self.e.record_queuing(Duration::from_millis(self.ms - at));
                 self.e.record_completion();
             }
@@ -331,8 +374,40 @@ impl FluidApp {
                 self.e.tick();
             }
         }
-        refused
+        counts
     }
+}
+
+/// Behind a caller whose egress refuses above this engine's level (learnt 40 ms late), the
+/// histogram is censored: only what the level admits arrives. The level must not keep
+/// falling on that (admitting a fraction of the censored arrivals, window after window):
+/// at 3x for 15 s it holds within a few user levels, the app serves what the capacity law
+/// aims at behind such callers (10% under its rate, plus what the queue holds), and next to
+/// nothing that arrives is refused here. (Measured: 95.5% served, 0.9% refused, the level
+/// from 2.17 down to 2.10 at most.)
+#[test]
+fn behind_a_filtering_caller_the_level_does_not_keep_falling() {
+    let mut app = FluidApp::new(1_000.0);
+    app.run_behind(2_000, |_| 0.5, Some(40));
+    app.run_behind(5_000, |_| 3.0, Some(40));
+    let settled = app.e.level();
+    let mut lowest = AdmissionLevel::FULLY_OPEN;
+    let mut total = FluidCounts::default();
+    for _ in 0..15 {
+        let c = app.run_behind(1_000, |_| 3.0, Some(40));
+        lowest = lowest.min(app.e.level());
+        total.upstream += c.upstream;
+        total.refused += c.refused;
+        total.arrived += c.arrived;
+        total.served += c.served;
+    }
+    assert!(total.served >= 13_800, "the app served {} of 15000: {total:?}", total.served);
+    assert!(total.refused * 50 <= total.arrived, "refused here: {total:?}");
+    assert!(
+        lowest.compound() + 12 >= settled.compound(),
+        "the level fell from {settled} to {lowest}"
+    );
+    assert!(total.upstream > 25_000, "the caller refused the surplus: {total:?}");
 }
 
 /// On/off bursts above capacity whose load over any nominal window (1 s) fits the app: the

@@ -6,7 +6,11 @@
 //!
 //! Latency is measured from the scheduled arrival (no coordinated omission). Every request
 //! is logged once, when its last attempt ended, with the place its last refusal came from
-//! (the `x-weir-shed` label the hops put on it, see [`super::app`]).
+//! (the `x-weir-shed` label the hops put on it, see [`super::app`]) and when it ended, so
+//! goodput is counted by completion inside the measured span ([`ClientRun::ok_completed`]):
+//! a retried request succeeds seconds after it was scheduled, and counting it at its
+//! scheduled time credited the span with work done after the load. No retry starts after the
+//! load's end.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
@@ -101,6 +105,8 @@ pub struct RequestLog {
     pub at_secs: f64,
     /// From the scheduled send to the last attempt's end.
     pub latency_ms: f64,
+    /// The last attempt's end, seconds since the start.
+    pub end_secs: f64,
     pub ending: Ending,
     /// Where the last attempt failed (`e-door`, `a-egress-b`, ...; `timeout` when the client
     /// gave up; empty when it succeeded).
@@ -142,6 +148,18 @@ impl ClientRun {
 
     pub fn counted_secs(&self) -> f64 {
         (self.duration_secs - self.warmup_secs).max(1e-9)
+    }
+
+    /// Requests of `api` that succeeded inside the counted span, whenever they were
+    /// scheduled: goodput by completion time (a request scheduled in the warm-up that
+    /// succeeds after it counts; one that succeeds after the load's end does not).
+    pub fn ok_completed(&self, api: u8) -> u64 {
+        let (from, to) = (self.warmup_secs, self.duration_secs);
+        self.requests
+            .iter()
+            .filter(|r| r.api == api && r.ending == Ending::Ok)
+            .filter(|r| r.end_secs >= from && r.end_secs <= to)
+            .count() as u64
     }
 }
 
@@ -265,6 +283,8 @@ impl Shared {
         let spec = &self.spec;
         let mut rng = rand::rngs::StdRng::seed_from_u64(jitter_seed);
         let counted = scheduled.duration_since(self.start) >= spec.warmup;
+        // Retries stop with the load: one that would start after it is not made.
+        let load_end = self.start + spec.duration();
         let mut attempts = 0u8;
         let mut deadline = scheduled + spec.budget;
         let (ending, place) = loop {
@@ -293,6 +313,9 @@ impl Shared {
                 break (ending, place);
             }
             let wait = policy.wait(retry, hint, &mut rng);
+            if Instant::now() + wait >= load_end {
+                break (ending, place);
+            }
             tokio::time::sleep(wait).await;
             deadline = Instant::now() + spec.budget;
         };
@@ -301,6 +324,7 @@ impl Shared {
             class: class as u8,
             at_secs: scheduled.duration_since(self.start).as_secs_f64(),
             latency_ms: scheduled.elapsed().as_secs_f64() * 1e3,
+            end_secs: self.start.elapsed().as_secs_f64(),
             ending,
             place,
             attempts,

@@ -66,11 +66,24 @@ pub fn progress_line(r: &RunResult) -> String {
         r.x.refused_at_entry().map_or("-".into(), pct),
         pct(r.work.a_wasted_share()),
     );
+    let _ = write!(
+        line,
+        "; wasted upstream {}; X {:+.1} pp of f_sat/f {}",
+        pct(r.work.upstream_wasted_share()),
+        (r.x.success - r.x_success_target) * 100.0,
+        pct(r.x_success_target),
+    );
     if let Some(s) = &r.sidecars {
         let _ = write!(
             line,
-            "; sidecars E {:.0}/{:.0} A {:.0}/{:.0} B {:.0} C {:.0} (door/egress)",
-            s.e_door, s.e_egress, s.a_door, s.a_egress, s.b_door, s.c_door
+            "; sidecars E {:.0}/{:.0} A {:.0}/{:.0} B {:.0} C {:.0} (door/egress); B refused {} of received",
+            s.e_door,
+            s.e_egress,
+            s.a_door,
+            s.a_egress,
+            s.b_door,
+            s.c_door,
+            pct(s.b_refused_share())
         );
     }
     if r.retries {
@@ -142,6 +155,7 @@ pub fn markdown(r: &MultihopResult) -> String {
     if !r.skipped.is_empty() {
         s.push('\n');
     }
+    s.push_str(&must_show(r));
 
     let steady: Vec<&RunResult> = r.runs.iter().filter(|x| x.suite == Suite::Steady).collect();
     if !steady.is_empty() {
@@ -364,6 +378,62 @@ pub fn markdown(r: &MultihopResult) -> String {
         }
         s.push('\n');
     }
+    s
+}
+
+/// The issue's "must show" figures, one row per run: goodput against the ideal and against
+/// propagation off (the inbound-only contender's run of the same suite, load, k and
+/// retries), Y's success, X's top class, where X was refused, wasted upstream work, B's
+/// refusals of what it received, X's success against f_sat/f, calls reaching B per needed
+/// call, and (step) how soon E's cache follows B's cut and recovery.
+fn must_show(r: &MultihopResult) -> String {
+    let mut s = String::new();
+    s.push_str(
+        "#### Every run: the issue's figures\n\n\
+         Goodput counts requests that succeeded inside the counted span (by completion time), \
+         against the ideal and against propagation off (the inbound-only run of the same suite, \
+         load, k and retries); X refusals at E: the share of X's refusals made at E's door or \
+         egress; B refused: B's refusals over what reached B; X - f_sat/f: X's success less its \
+         ideal; calls reaching B / needed: A's calls that crossed to B over the X requests x k; \
+         E sees B: E's cached level of A cut / re-opened this long after B's own level (step).\n\n\
+         | suite | k | contender | goodput / ideal | vs off | Y success | X top class | X refusals at E | wasted upstream | B refused | X - f_sat/f | calls reaching B / needed | E sees B cut / open |\n\
+         |---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for x in &r.runs {
+        let off = r.runs.iter().find(|y| {
+            y.contender == "inbound-only"
+                && y.suite == x.suite
+                && y.k == x.k
+                && y.retries == x.retries
+                && (y.multiple - x.multiple).abs() < 1e-9
+        });
+        let vs = off
+            .filter(|o| o.goodput_rps > 0.0)
+            .map_or("-".into(), |o| format!("{:.2}x", x.goodput_rps / o.goodput_rps));
+        let top = x.x.classes.first().map_or("-".into(), |c| pct(c.success));
+        let b = x.sidecars.as_ref().map_or("-".into(), |p| pct(p.b_refused_share()));
+        let e_sees = x.step.as_ref().map_or("-".into(), |st| {
+            format!("{} / {}", secs(st.levels.e_sees_cut), secs(st.levels.e_sees_open))
+        });
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {:+.1} pp | {:.2} | {} |",
+            suite_name(x),
+            x.k,
+            x.contender,
+            pct(x.goodput_ratio),
+            vs,
+            pct(x.y.success),
+            top,
+            x.x.refused_at_entry().map_or("-".into(), pct),
+            pct(x.work.upstream_wasted_share()),
+            b,
+            (x.x.success - x.x_success_target) * 100.0,
+            x.attempts.b_per_needed_call,
+            e_sees,
+        );
+    }
+    s.push('\n');
     s
 }
 
