@@ -90,6 +90,46 @@ pub fn run_footer(started: std::time::Instant) -> String {
     )
 }
 
+/// One benchmark run, for its report: when it started and how busy the machine was then.
+pub struct BenchRun {
+    started: std::time::Instant,
+    loadavg_before: String,
+}
+
+impl BenchRun {
+    pub fn start() -> BenchRun {
+        BenchRun { started: std::time::Instant::now(), loadavg_before: loadavg() }
+    }
+
+    pub fn loadavg_before(&self) -> &str {
+        &self.loadavg_before
+    }
+
+    /// Writes `<name>.json` and `<name>.md` into `out` and returns the markdown: the
+    /// machine, the load average before and after, `body` and [`run_footer`]; the JSON holds
+    /// the machine and `result`.
+    pub fn report(
+        &self,
+        out: &Path,
+        name: &str,
+        result: &impl serde::Serialize,
+        body: &str,
+    ) -> anyhow::Result<String> {
+        let machine = crate::report::Machine::probe();
+        let markdown = format!(
+            "{}- load average before / after: {} / {}\n\n{}\n{}",
+            machine.markdown(),
+            self.loadavg_before,
+            loadavg(),
+            body,
+            run_footer(self.started)
+        );
+        let json = serde_json::json!({ "machine": machine, "result": result });
+        write_report(out, name, &json, &markdown)?;
+        Ok(markdown)
+    }
+}
+
 /// Writes `<name>.json` and `<name>.md` into `out`.
 pub fn write_report(
     out: &Path,

@@ -376,7 +376,8 @@ async fn egress_get(client: &TestClient, url: &str, host: &str) -> Result<(), St
 /// weir's inbound listener, most important class.
 fn probe_caller(
     inbound: SocketAddr,
-) -> impl FnMut(usize) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+) -> impl FnMut(usize) -> std::pin::Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Clone
+{
     let client = Http1::new();
     let url = format!("http://{inbound}/bytes/4096?probe");
     move |_| {
@@ -393,33 +394,100 @@ struct Run {
     what: String,
     settings: String,
     caller: String,
+    phases: Phases,
+    attack_outcomes: BTreeMap<String, u64>,
+    notes: Vec<String>,
+}
+
+/// The well-behaved caller's two phases, and weir's resources around the attacked one.
+struct Phases {
     unattacked: PhaseStats,
     attacked: PhaseStats,
-    attack_outcomes: BTreeMap<String, u64>,
     before: Resources,
     during_max: Resources,
     after: Resources,
-    notes: Vec<String>,
+}
+
+/// One attack's phases in order: [`Watch::unattacked`] (a warm-up, then the caller alone;
+/// the resources before, and sampling starts), [`Watch::attacked`] (the caller during the
+/// attack; sampling stops), [`Attacked::after`] (the resources once the attack is over).
+struct Watch {
+    pid: u32,
+    unattacked: PhaseStats,
+    before: Resources,
+    sampler: Sampler,
+}
+
+/// [`Watch`] after the attacked phase.
+struct Attacked {
+    pid: u32,
+    unattacked: PhaseStats,
+    attacked: PhaseStats,
+    before: Resources,
+    during_max: Resources,
+}
+
+/// The warm-up before the unattacked phase.
+const WARM_UP: Duration = Duration::from_millis(500);
+
+impl Watch {
+    async fn unattacked<F, Fut>(pid: u32, span: Duration, pace: Duration, call: F) -> Watch
+    where
+        F: FnMut(usize) -> Fut + Clone,
+        Fut: Future<Output = Result<(), String>>,
+    {
+        measure(WARM_UP, pace, call.clone()).await;
+        let unattacked = measure(span, pace, call).await;
+        Watch { pid, unattacked, before: resources(pid), sampler: Sampler::start(pid) }
+    }
+
+    async fn attacked<F, Fut>(self, span: Duration, pace: Duration, call: F) -> Attacked
+    where
+        F: FnMut(usize) -> Fut,
+        Fut: Future<Output = Result<(), String>>,
+    {
+        let attacked = measure(span, pace, call).await;
+        Attacked {
+            pid: self.pid,
+            unattacked: self.unattacked,
+            attacked,
+            before: self.before,
+            during_max: self.sampler.stop().await,
+        }
+    }
+}
+
+impl Attacked {
+    fn after(self) -> Phases {
+        Phases {
+            unattacked: self.unattacked,
+            attacked: self.attacked,
+            before: self.before,
+            during_max: self.during_max,
+            after: resources(self.pid),
+        }
+    }
 }
 
 impl Run {
     fn result(self) -> AttackResult {
-        let delta = self.attacked.p99_ms - self.unattacked.p99_ms;
+        let Phases { unattacked, attacked, before, during_max, after } = self.phases;
+        let delta = attacked.p99_ms - unattacked.p99_ms;
         AttackResult {
             attack: self.attack,
             what: self.what,
             settings: self.settings,
             caller: self.caller,
             within_target: delta <= TARGET.as_secs_f64() * 1e3
-                && self.attacked.errors.is_empty()
-                && self.attacked.answered > 0,
+                && attacked.errors.is_empty()
+                && attacked.answered > 0,
             p99_delta_ms: delta,
-            unattacked: self.unattacked,
-            attacked: self.attacked,
+            unattacked,
+            attacked,
             attack_outcomes: self.attack_outcomes,
-            before: self.before,
-            during_max: self.during_max.max_with(self.before),
-            after: self.after,
+            before,
+            during_max: during_max.max_with(before),
+            after,
             notes: self.notes,
         }
     }
@@ -508,21 +576,10 @@ async fn h2c_stall(c: &HardeningConfig) -> anyhow::Result<Run> {
     let settings = "  app_protocol: h2c\n";
     let weir = Weir::start(&c.weir_bin, &base_yaml(app.addr, settings, "")).await?;
     let addr = weir.inbound();
-    measure(Duration::from_millis(500), c.pace, probe_caller(addr)).await;
-    let unattacked = measure(c.phase, c.pace, probe_caller(addr)).await;
-    let before = resources(weir.pid());
-    let sampler = Sampler::start(weir.pid());
+    let watch = Watch::unattacked(weir.pid(), c.phase, c.pace, probe_caller(addr)).await;
 
     let arrivals = app.arrivals();
-    let mut readers = Vec::new();
-    for i in 0..4 {
-        let mut raw = RawConn::connect_small_receive_buffer(addr, 4096).await;
-        raw.send(
-            format!("GET /bytes/{LARGE}?stalled={i} HTTP/1.1\r\nHost: app\r\n\r\n").as_bytes(),
-        )
-        .await;
-        readers.push(raw);
-    }
+    let mut readers = RawConn::never_reading(addr, 4, &format!("/bytes/{LARGE}"), "app").await;
     let h2 = h2_connect(addr, |b| {
         b.initial_window_size(0);
     })
@@ -536,8 +593,7 @@ async fn h2c_stall(c: &HardeningConfig) -> anyhow::Result<Run> {
     }
     let reached = eventually(Duration::from_secs(3), || app.arrivals() >= arrivals + 8).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let attacked = measure(c.phase, c.pace, probe_caller(addr)).await;
-    let during_max = sampler.stop().await;
+    let attacked = watch.attacked(c.phase, c.pace, probe_caller(addr)).await;
     // How the stalled callers ended: weir's write timeout (10 s) drops them.
     let started = Instant::now();
     let mut ended = 0;
@@ -549,7 +605,7 @@ async fn h2c_stall(c: &HardeningConfig) -> anyhow::Result<Run> {
     let ended_after = started.elapsed();
     drop((readers, zero_window, h2));
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = resources(weir.pid());
+    let phases = attacked.after();
     let mut outcomes = BTreeMap::new();
     let large = app.seen().iter().filter(|s| s.path == format!("/bytes/{LARGE}")).count();
     outcomes.insert("large requests reaching the app".into(), large as u64);
@@ -559,12 +615,8 @@ async fn h2c_stall(c: &HardeningConfig) -> anyhow::Result<Run> {
         what: "4 HTTP/1.1 callers never reading a 20 MB response + 4 zero-window h2 streams".into(),
         settings: "app_protocol: h2c".into(),
         caller: PROBE_CALLER.into(),
-        unattacked,
-        attacked,
+        phases,
         attack_outcomes: outcomes,
-        before,
-        during_max,
-        after,
         notes: vec![
             format!("all 8 large requests reached the app before the attacked phase: {reached}"),
             format!(
@@ -576,20 +628,6 @@ async fn h2c_stall(c: &HardeningConfig) -> anyhow::Result<Run> {
     })
 }
 
-/// The entry's table: probes most important, the ambiguous-host requests' hosts classed.
-const ENTRY_TABLE: &str = "default_business: 200
-rules:
-  - name: probes
-    match: { path_prefix: /bytes/ }
-    business: 0
-  - name: shop
-    match: { host: shop.example }
-    business: 30
-  - name: admin
-    match: { host: admin.example }
-    business: 1
-";
-
 /// An entry sidecar (the table and the user secret it needs, nothing else changed).
 async fn entry_weir(
     c: &HardeningConfig,
@@ -597,7 +635,7 @@ async fn entry_weir(
 ) -> anyhow::Result<(Weir, tempfile::TempDir)> {
     let dir = tempfile::tempdir()?;
     let (table, secret) = (dir.path().join("table.yaml"), dir.path().join("secret"));
-    std::fs::write(&table, ENTRY_TABLE)?;
+    std::fs::write(&table, crate::support::EDGE_ENTRY_TABLE)?;
     std::fs::write(&secret, "hardening-bench-secret\n")?;
     let yaml = base_yaml(
         app,
@@ -646,10 +684,7 @@ async fn budget_trickle(c: &HardeningConfig) -> anyhow::Result<Run> {
     let app = Backend::start().await;
     let (weir, _dir) = entry_weir(c, app.addr).await?;
     let addr = weir.inbound();
-    measure(Duration::from_millis(500), c.pace, probe_caller(addr)).await;
-    let unattacked = measure(c.phase, c.pace, probe_caller(addr)).await;
-    let before = resources(weir.pid());
-    let sampler = Sampler::start(weir.pid());
+    let watch = Watch::unattacked(weir.pid(), c.phase, c.pace, probe_caller(addr)).await;
     let mut attackers = Attackers { shared_runtime: c.shared_runtime, ..Attackers::default() };
     attackers.spawn(TRICKLERS, move |_| async move {
         match trickle(addr, Duration::from_secs(5)).await {
@@ -667,11 +702,10 @@ async fn budget_trickle(c: &HardeningConfig) -> anyhow::Result<Run> {
         }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let attacked = measure(c.phase, c.pace, probe_caller(addr)).await;
-    let during_max = sampler.stop().await;
+    let attacked = watch.attacked(c.phase, c.pace, probe_caller(addr)).await;
     let outcomes = attackers.stop(Duration::from_secs(6)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = resources(weir.pid());
+    let phases = attacked.after();
     Ok(Run {
         attack: AttackKind::BudgetTrickle,
         what: format!(
@@ -679,12 +713,8 @@ async fn budget_trickle(c: &HardeningConfig) -> anyhow::Result<Run> {
         ),
         settings: ENTRY_SETTINGS.into(),
         caller: PROBE_CALLER.into(),
-        unattacked,
-        attacked,
+        phases,
         attack_outcomes: outcomes,
-        before,
-        during_max,
-        after,
         notes: vec![
             "the entry's cap is the shipped default (max_budget: null = task_timeout, 500 ms)"
                 .into(),
@@ -700,10 +730,7 @@ async fn idle_h2(c: &HardeningConfig) -> anyhow::Result<Run> {
     let settings = format!("  max_connections: {MAX_CONNECTIONS}\n  timeouts:\n    idle: 2s\n");
     let weir = Weir::start(&c.weir_bin, &base_yaml(app.addr, &settings, "")).await?;
     let addr = weir.inbound();
-    measure(Duration::from_millis(500), c.pace, probe_caller(addr)).await;
-    let unattacked = measure(c.phase, c.pace, probe_caller(addr)).await;
-    let before = resources(weir.pid());
-    let sampler = Sampler::start(weir.pid());
+    let watch = Watch::unattacked(weir.pid(), c.phase, c.pace, probe_caller(addr)).await;
     let mut attackers = Attackers { shared_runtime: c.shared_runtime, ..Attackers::default() };
     let lifetimes: Arc<Mutex<Vec<Duration>>> = Arc::default();
     let stop = attackers.stopping();
@@ -748,11 +775,10 @@ async fn idle_h2(c: &HardeningConfig) -> anyhow::Result<Run> {
     // Long enough for every peer to go idle (2 s), be sent GOAWAY + PING and be dropped
     // after graceful_close (5 s), and be replaced.
     let span = c.phase.max(Duration::from_secs(9));
-    let attacked = measure(span, c.pace, probe_caller(addr)).await;
-    let during_max = sampler.stop().await;
+    let attacked = watch.attacked(span, c.pace, probe_caller(addr)).await;
     let outcomes = attackers.stop(Duration::from_secs(2)).await;
     tokio::time::sleep(Duration::from_millis(1000)).await;
-    let after = resources(weir.pid());
+    let phases = attacked.after();
     let mut lifetimes = std::mem::take(&mut *lifetimes.lock().unwrap());
     lifetimes.sort_unstable();
     let life = |q: f64| {
@@ -765,12 +791,8 @@ async fn idle_h2(c: &HardeningConfig) -> anyhow::Result<Run> {
         what: format!("{PEERS} h2 peers that ack SETTINGS and then answer nothing (PING included), replaced as closed"),
         settings: format!("max_connections: {MAX_CONNECTIONS}, timeouts.idle: 2s (graceful_close: shipped 5s)"),
         caller: PROBE_CALLER.into(),
-        unattacked,
-        attacked,
+        phases,
         attack_outcomes: outcomes,
-        before,
-        during_max,
-        after,
         notes: vec![
             format!("all {PEERS} peers connected: {filled}; weir with them all open: {} fds, {} KiB RSS", fill_resources.fds, fill_resources.rss_kib),
             format!(
@@ -849,10 +871,7 @@ async fn host_mismatch(c: &HardeningConfig) -> anyhow::Result<Run> {
     let app = Backend::start().await;
     let (weir, _dir) = entry_weir(c, app.addr).await?;
     let addr = weir.inbound();
-    measure(Duration::from_millis(500), c.pace, probe_caller(addr)).await;
-    let unattacked = measure(c.phase, c.pace, probe_caller(addr)).await;
-    let before = resources(weir.pid());
-    let sampler = Sampler::start(weir.pid());
+    let watch = Watch::unattacked(weir.pid(), c.phase, c.pace, probe_caller(addr)).await;
     let mut attackers = Attackers { shared_runtime: c.shared_runtime, ..Attackers::default() };
     let sent = Arc::new(AtomicU64::new(0));
     attackers.spawn(4, move |_| {
@@ -863,10 +882,9 @@ async fn host_mismatch(c: &HardeningConfig) -> anyhow::Result<Run> {
             outcome
         }
     });
-    let attacked = measure(c.phase, c.pace, probe_caller(addr)).await;
-    let during_max = sampler.stop().await;
+    let attacked = watch.attacked(c.phase, c.pace, probe_caller(addr)).await;
     let outcomes = attackers.stop(Duration::from_secs(4)).await;
-    let after = resources(weir.pid());
+    let phases = attacked.after();
     // What the app got for the absolute-form requests: the host classified, its class.
     let absolute = app.seen_path("/buy");
     let right = absolute
@@ -882,12 +900,8 @@ async fn host_mismatch(c: &HardeningConfig) -> anyhow::Result<Run> {
         what: "two Hosts / no Host / h2 host != :authority (each 400) and absolute form != Host (200, forwarded as the URI's host), 4 clients".into(),
         settings: ENTRY_SETTINGS.into(),
         caller: PROBE_CALLER.into(),
-        unattacked,
-        attacked,
+        phases,
         attack_outcomes: outcomes,
-        before,
-        during_max,
-        after,
         notes: vec![format!(
             "/buy requests that reached the app: {}; with Host shop.example only and business 30 (the class of the host forwarded): {right}",
             absolute.len()
@@ -911,10 +925,7 @@ async fn egress_loop(c: &HardeningConfig) -> anyhow::Result<Run> {
             async move { egress_get(&client, &url, &host).await }
         }
     };
-    measure(Duration::from_millis(500), c.pace, caller.clone()).await;
-    let unattacked = measure(c.phase, c.pace, caller.clone()).await;
-    let before = resources(weir.pid());
-    let sampler = Sampler::start(weir.pid());
+    let watch = Watch::unattacked(weir.pid(), c.phase, c.pace, caller.clone()).await;
     let port = egress.port();
     let targets: Arc<Vec<(String, String)>> = Arc::new(vec![
         ("egress by Host".into(), format!("GET /loop HTTP/1.1\r\nhost: {egress}\r\n")),
@@ -949,22 +960,17 @@ async fn egress_loop(c: &HardeningConfig) -> anyhow::Result<Run> {
             outcome
         }
     });
-    let attacked = measure(c.phase, c.pace, caller).await;
-    let during_max = sampler.stop().await;
+    let attacked = watch.attacked(c.phase, c.pace, caller).await;
     let outcomes = attackers.stop(Duration::from_secs(11)).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = resources(weir.pid());
+    let phases = attacked.after();
     Ok(Run {
         attack: AttackKind::EgressLoop,
         what: "requests through the egress addressed to weir's own listeners (egress, localhost, 0.0.0.0, inbound, admin), 300 s budget, 4 clients".into(),
         settings: "egress.enabled: true".into(),
         caller: "GET /bytes/4096 through the egress to a downstream (keep-alive)".into(),
-        unattacked,
-        attacked,
+        phases,
         attack_outcomes: outcomes,
-        before,
-        during_max,
-        after,
         notes: vec![],
     })
 }
@@ -982,16 +988,15 @@ async fn closing_app(c: &HardeningConfig) -> anyhow::Result<Run> {
             async move { proxied_get(&client, &url, &IMPORTANT, None).await }
         }
     };
-    measure(Duration::from_millis(500), c.pace, caller(weir_good.inbound())).await;
+    measure(WARM_UP, c.pace, caller(weir_good.inbound())).await;
     let unattacked = measure(c.phase, c.pace, caller(weir_good.inbound())).await;
     drop(weir_good);
     let app = ClosingKeepAliveApp::start().await;
     let weir = Weir::start(&c.weir_bin, &base_yaml(app.addr, "", "")).await?;
-    let before = resources(weir.pid());
-    let sampler = Sampler::start(weir.pid());
-    let attacked = measure(c.phase, c.pace, caller(weir.inbound())).await;
-    let during_max = sampler.stop().await;
-    let after = resources(weir.pid());
+    let pid = weir.pid();
+    let watch = Watch { pid, unattacked, before: resources(pid), sampler: Sampler::start(pid) };
+    let attacked = watch.attacked(c.phase, c.pace, caller(weir.inbound())).await;
+    let phases = attacked.after();
     let mut outcomes = BTreeMap::new();
     outcomes.insert("answered by the app".into(), app.answered.load(Relaxed));
     outcomes.insert("dropped by the app (connection closed)".into(), app.dropped.load(Relaxed));
@@ -1000,29 +1005,10 @@ async fn closing_app(c: &HardeningConfig) -> anyhow::Result<Run> {
         what: "the app closes each keep-alive connection as the next request on it arrives".into(),
         settings: "none".into(),
         caller: "GET /x (keep-alive) through the inbound listener; unattacked: a sidecar before a keep-alive app".into(),
-        unattacked,
-        attacked,
+        phases,
         attack_outcomes: outcomes,
-        before,
-        during_max,
-        after,
         notes: vec!["every request after the first on a pooled connection is lost by the app: the caller's 502s are the figure (the retry on a fresh connection is the fix)".into()],
     })
-}
-
-/// 60 rules of 1,000 header matches each, every rule reachable (~480 KiB): the e2e tests'
-/// heavy valid table.
-pub fn big_valid_table() -> String {
-    let mut yaml = String::from("rules:\n");
-    for r in 0..60 {
-        let headers: Vec<String> =
-            (0..1000).map(|h| format!("h{h}: {}", if h == 999 { r } else { 0 })).collect();
-        yaml.push_str(&format!(
-            "  - {{ name: r{r}, business: 1, match: {{ header: {{ {} }} }} }}\n",
-            headers.join(", ")
-        ));
-    }
-    yaml
 }
 
 fn small_table(business: u8) -> String {
@@ -1073,11 +1059,8 @@ async fn validate_flood(c: &HardeningConfig) -> anyhow::Result<Run> {
         }
     };
     let pace = c.pace.max(Duration::from_millis(20));
-    measure(Duration::from_millis(500), pace, writer.clone()).await;
-    let unattacked = measure(c.phase, pace, writer.clone()).await;
-    let before = resources(weir.pid());
-    let sampler = Sampler::start(weir.pid());
-    let big = Arc::new(big_valid_table());
+    let watch = Watch::unattacked(weir.pid(), c.phase, pace, writer.clone()).await;
+    let big = Arc::new(crate::support::big_valid_table());
     let url = Arc::new(format!("http://{admin}/v1/priority-table/validate"));
     let client = Http1::new();
     let mut attackers = Attackers { shared_runtime: c.shared_runtime, ..Attackers::default() };
@@ -1092,21 +1075,16 @@ async fn validate_flood(c: &HardeningConfig) -> anyhow::Result<Run> {
         }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let attacked = measure(c.phase, pace, writer).await;
-    let during_max = sampler.stop().await;
+    let attacked = watch.attacked(c.phase, pace, writer).await;
     let outcomes = attackers.stop(Duration::from_secs(10)).await;
-    let after = resources(weir.pid());
+    let phases = attacked.after();
     Ok(Run {
         attack: AttackKind::ValidateFlood,
         what: format!("{FLOODERS} clients POSTing a 480 KiB table (60 rules x 1,000 header matches) to /v1/priority-table/validate without a token, back to back"),
         settings: "admin.token_file".into(),
         caller: format!("the operator's write: GET /v1/priority-table (etag) + PUT with the token and If-Match, every {} ms", pace.as_millis()),
-        unattacked,
-        attacked,
+        phases,
         attack_outcomes: outcomes,
-        before,
-        during_max,
-        after,
         notes: vec![],
     })
 }
@@ -1134,7 +1112,7 @@ async fn table_file(c: &HardeningConfig) -> anyhow::Result<Vec<Run>> {
     let weir = Weir::start(&c.weir_bin, &yaml).await?;
     let addr = weir.inbound();
     let mut runs = Vec::new();
-    measure(Duration::from_millis(500), c.pace, probe_caller(addr)).await;
+    measure(WARM_UP, c.pace, probe_caller(addr)).await;
     for (name, target) in [
         ("200 MB file", huge.clone()),
         ("FIFO", fifo.clone()),
@@ -1143,16 +1121,15 @@ async fn table_file(c: &HardeningConfig) -> anyhow::Result<Vec<Run>> {
         repoint(&link, &good)?;
         tokio::time::sleep(Duration::from_millis(600)).await;
         let unattacked = measure(c.phase, c.pace, probe_caller(addr)).await;
-        let before = resources(weir.pid());
-        let cpu0 = procfs::cpu_time(weir.pid()).unwrap_or_default();
-        let sampler = Sampler::start(weir.pid());
+        let (pid, before) = (weir.pid(), resources(weir.pid()));
+        let cpu0 = procfs::cpu_time(pid).unwrap_or_default();
+        let watch = Watch { pid, unattacked, before, sampler: Sampler::start(pid) };
         let started = Instant::now();
         repoint(&link, &target)?;
-        let attacked = measure(c.phase, c.pace, probe_caller(addr)).await;
-        let during_max = sampler.stop().await;
+        let attacked = watch.attacked(c.phase, c.pace, probe_caller(addr)).await;
         let cpu = procfs::cpu_time(weir.pid()).unwrap_or_default().saturating_sub(cpu0);
         let wall = started.elapsed();
-        let after = resources(weir.pid());
+        let phases = attacked.after();
         let text = crate::support::metrics_text(weir.admin()).await;
         let unreadable = crate::support::sample(&text, "weir_priority_table_file_unreadable_total");
         let mut outcomes = BTreeMap::new();
@@ -1162,12 +1139,8 @@ async fn table_file(c: &HardeningConfig) -> anyhow::Result<Vec<Run>> {
             what: format!("the watched table file (a symlink) pointed at a {name}"),
             settings: "admin.table_file (shipped poll interval 500 ms)".into(),
             caller: PROBE_CALLER.into(),
-            unattacked,
-            attacked,
+            phases,
             attack_outcomes: outcomes,
-            before,
-            during_max,
-            after,
             notes: vec![format!(
                 "weir's CPU during the attacked phase (serving the caller included): {:.1}% of a core",
                 cpu.as_secs_f64() / wall.as_secs_f64() * 100.0

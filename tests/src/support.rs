@@ -15,6 +15,37 @@ use std::time::{Duration, Instant};
 pub use crate::prom::Metrics;
 pub use crate::weir_process::{Listeners, WeirProcess};
 
+/// 60 rules of 1,000 header matches each, every rule reachable (~480 KiB): a valid table
+/// that is heavy to check (the table-check floods of the e2e tests and the hardening bench).
+pub fn big_valid_table() -> String {
+    let mut yaml = String::from("rules:\n");
+    for r in 0..60 {
+        let headers: Vec<String> =
+            (0..1000).map(|h| format!("h{h}: {}", if h == 999 { r } else { 0 })).collect();
+        yaml.push_str(&format!(
+            "  - {{ name: r{r}, business: 1, match: {{ header: {{ {} }} }} }}\n",
+            headers.join(", ")
+        ));
+    }
+    yaml
+}
+
+/// An entry's table for the edge tests: probes (`/bytes/...`) most important, the hosts of
+/// the ambiguous-authority requests classed apart (`shop.example` 30, `admin.example` 1),
+/// everything else the least.
+pub const EDGE_ENTRY_TABLE: &str = "default_business: 200
+rules:
+  - name: probes
+    match: { path_prefix: /bytes/ }
+    business: 0
+  - name: shop
+    match: { host: shop.example }
+    business: 30
+  - name: admin
+    match: { host: admin.example }
+    business: 1
+";
+
 /// Polls `cond` every millisecond until it holds or `within` passes.
 pub async fn eventually(within: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + within;

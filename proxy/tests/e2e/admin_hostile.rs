@@ -17,20 +17,6 @@ use weir_harness::procfs;
 /// otherwise show up in another's CPU figures (they share the process).
 static CPU_HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// 60 rules of 1,000 header matches each, every rule reachable (~480 KiB).
-fn big_valid_table() -> String {
-    let mut yaml = String::from("rules:\n");
-    for r in 0..60 {
-        let headers: Vec<String> =
-            (0..1000).map(|h| format!("h{h}: {}", if h == 999 { r } else { 0 })).collect();
-        yaml.push_str(&format!(
-            "  - {{ name: r{r}, business: 1, match: {{ header: {{ {} }} }} }}\n",
-            headers.join(", ")
-        ));
-    }
-    yaml
-}
-
 async fn status(admin: std::net::SocketAddr) -> StatusDoc {
     let resp = Http1::new().get(&format!("http://{admin}/v1/status"), &[]).await;
     serde_json::from_slice(&resp.body).expect("StatusDoc")
@@ -92,7 +78,7 @@ async fn hostile_bodies_stall_nothing(bounds: Promptness) {
     let (admin, inbound) = (weir.admin_addr(), weir.inbound_addr());
     let validate = format!("http://{admin}/v1/priority-table/validate");
     let yaml = [("content-type", "application/yaml")];
-    let big = big_valid_table();
+    let big = support::big_valid_table();
     assert!(big.len() < 1 << 20, "within the default body limit");
 
     // Each body alone: answered, and in bounded time (debug build; the release figures
@@ -265,7 +251,7 @@ async fn validate_flood_never_locks_out_writes(write_p99: Duration) {
 
     let stop = Arc::new(AtomicBool::new(false));
     let validate = format!("http://{admin}/v1/priority-table/validate");
-    let big = big_valid_table();
+    let big = support::big_valid_table();
     let flood: Vec<_> = (0..8)
         .map(|_| {
             let (stop, validate, big) = (stop.clone(), validate.clone(), big.clone());

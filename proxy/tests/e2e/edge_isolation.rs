@@ -46,15 +46,7 @@ async fn callers_that_never_read_do_not_stall_the_shared_h2c_connections() {
     // four streams have a zero window (INITIAL_WINDOW_SIZE=0).
     let before = app.arrivals();
     let started = Instant::now();
-    let mut readers = Vec::new();
-    for i in 0..4 {
-        let mut raw = RawConn::connect_small_receive_buffer(addr, 4096).await;
-        raw.send(
-            format!("GET /bytes/{LARGE}?stalled={i} HTTP/1.1\r\nHost: edge\r\n\r\n").as_bytes(),
-        )
-        .await;
-        readers.push(raw);
-    }
+    let mut readers = RawConn::never_reading(addr, 4, &format!("/bytes/{LARGE}"), "edge").await;
     let h2 = h2_connect(addr, |b| {
         b.initial_window_size(0);
     })

@@ -23,20 +23,6 @@ use weir_proxy::Sidecar;
 const PROBES: usize = 40;
 const PROBE_BOUND: Duration = Duration::from_millis(1500);
 
-/// Probes (`/bytes/...`) are the most important class; everything else the least.
-const TABLE: &str = "default_business: 200
-rules:
-  - name: probes
-    match: { path_prefix: /bytes/ }
-    business: 0
-  - name: shop
-    match: { host: shop.example }
-    business: 30
-  - name: admin
-    match: { host: admin.example }
-    business: 1
-";
-
 fn entry(
     app: SocketAddr,
     dir: &tempfile::TempDir,
@@ -44,7 +30,7 @@ fn entry(
 ) -> Sidecar {
     let table = dir.path().join("table.yaml");
     let secret = dir.path().join("secret");
-    std::fs::write(&table, TABLE).unwrap();
+    std::fs::write(&table, support::EDGE_ENTRY_TABLE).unwrap();
     std::fs::write(&secret, "edge-request-head-secret\n").unwrap();
     support::sidecar(app, |c| {
         c.inbound.entry = true;

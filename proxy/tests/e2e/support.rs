@@ -9,7 +9,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub use weir_harness::support::{
-    backend, client, eventually, grpc_codec, metrics_text, sample, WeirProcess,
+    backend, big_valid_table, client, eventually, grpc_codec, metrics_text, sample, WeirProcess,
+    EDGE_ENTRY_TABLE,
 };
 use weir_proxy::{Sidecar, SidecarConfig};
 

@@ -5,11 +5,8 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_harness::bench_cli::{
-    loadavg, parse_app, parse_mix, run_footer, write_report, RunnerArgs,
-};
+use weir_harness::bench_cli::{parse_app, parse_mix, BenchRun, RunnerArgs};
 use weir_harness::egress_bench::{self, EgressBenchConfig, Suite};
-use weir_harness::report::Machine;
 
 #[derive(Parser, Debug)]
 #[command(about = "Egress benchmark: chain, fan-out and expiry through two weir sidecars")]
@@ -62,21 +59,10 @@ fn main() -> anyhow::Result<()> {
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let started = std::time::Instant::now();
-    let loadavg_before = loadavg();
+    let bench = BenchRun::start();
     let result = runtime.block_on(egress_bench::run(config, |line| eprintln!("{line}")))?;
-    let machine = Machine::probe();
-    let markdown = format!(
-        "{}- load average before / after: {} / {}\n\n{}\n{}",
-        machine.markdown(),
-        loadavg_before,
-        loadavg(),
-        egress_bench::markdown(&result),
-        run_footer(started)
-    );
     let out = args.runner.out_dir(workspace.join("tests/bench/out/egress"))?;
-    let json = serde_json::json!({ "machine": machine, "result": result });
-    write_report(&out, "egress", &json, &markdown)?;
+    let markdown = bench.report(&out, "egress", &result, &egress_bench::markdown(&result))?;
     let plots = egress_bench::write_plots(&result, &out)?;
     println!("{markdown}");
     eprintln!("wrote {}/egress.{{json,md}} and {}", out.display(), plots.join(", "));

@@ -12,9 +12,8 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_harness::bench_cli::{loadavg, run_footer, write_report, RunnerArgs};
+use weir_harness::bench_cli::{BenchRun, RunnerArgs};
 use weir_harness::hardening::{self, AttackKind, HardeningConfig};
-use weir_harness::report::Machine;
 
 #[derive(Parser, Debug)]
 #[command(about = "Hardening: issue 17's attacks beside a well-behaved caller, on a release weir")]
@@ -53,25 +52,16 @@ fn main() -> anyhow::Result<()> {
     // Two workers: the caller and the attackers share them, as the machine's 2 cores.
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let started = std::time::Instant::now();
-    let loadavg_before = loadavg();
+    let bench = BenchRun::start();
     eprintln!(
-        "hardening-bench: load average {loadavg_before}; weir = {}",
+        "hardening-bench: load average {}; weir = {}",
+        bench.loadavg_before(),
         config.weir_bin.display()
     );
     let results = runtime.block_on(hardening::run(config.clone(), |line| eprintln!("{line}")))?;
-    let machine = Machine::probe();
-    let markdown = format!(
-        "{}- load average before / after: {} / {}\n\n{}\n{}",
-        machine.markdown(),
-        loadavg_before,
-        loadavg(),
-        hardening::markdown(&results, &config),
-        run_footer(started)
-    );
     let out = args.runner.out_dir(workspace.join("tests/bench/out"))?;
-    let json = serde_json::json!({ "machine": machine, "results": results });
-    write_report(&out, &args.name, &json, &markdown)?;
+    let markdown =
+        bench.report(&out, &args.name, &results, &hardening::markdown(&results, &config))?;
     println!("{markdown}");
     eprintln!("wrote {}/{}.{{json,md}}", out.display(), args.name);
     Ok(())

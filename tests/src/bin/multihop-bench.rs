@@ -5,13 +5,10 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_harness::bench_cli::{
-    loadavg, parse_app, parse_mix, run_footer, write_report, RunnerArgs,
-};
+use weir_harness::bench_cli::{parse_app, parse_mix, BenchRun, RunnerArgs};
 use weir_harness::multihop::{
     self, Apps, MultihopConfig, MultihopHook, RetryPolicy, Suite, Topology,
 };
-use weir_harness::report::Machine;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -133,21 +130,10 @@ fn main() -> anyhow::Result<()> {
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let started = std::time::Instant::now();
-    let loadavg_before = loadavg();
+    let bench = BenchRun::start();
     let result = runtime.block_on(multihop::run(config, |line| eprintln!("{line}")))?;
-    let machine = Machine::probe();
-    let markdown = format!(
-        "{}- load average before / after: {} / {}\n\n{}\n{}",
-        machine.markdown(),
-        loadavg_before,
-        loadavg(),
-        multihop::markdown(&result),
-        run_footer(started)
-    );
     let out = args.runner.out_dir(workspace.join("tests/bench/out/multihop"))?;
-    let json = serde_json::json!({ "machine": machine, "result": result });
-    write_report(&out, "multihop", &json, &markdown)?;
+    let markdown = bench.report(&out, "multihop", &result, &multihop::markdown(&result))?;
     let plots = multihop::write_plots(&result, &out)?;
     println!("{markdown}");
     eprintln!("wrote {}/multihop.{{json,md}} and {}", out.display(), plots.join(", "));

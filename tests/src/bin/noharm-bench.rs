@@ -13,12 +13,11 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use weir_harness::bench_cli::{self, loadavg, parse_mix, run_footer, write_report, RunnerArgs};
+use weir_harness::bench_cli::{self, parse_mix, BenchRun, RunnerArgs};
 use weir_harness::load::Protocol;
 use weir_harness::noharm::{
     self, middle_hop::MiddleHopConfig, silence::SilenceConfig, AppCase, LoadCase, NoHarmConfig,
 };
-use weir_harness::report::Machine;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum Part {
@@ -106,22 +105,15 @@ fn main() -> anyhow::Result<()> {
     };
     let runtime =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-    let started = std::time::Instant::now();
-    let loadavg_before = loadavg();
-    eprintln!("noharm-bench: load average {loadavg_before}; weir = {}", config.weir_bin.display());
-    let result = runtime.block_on(noharm::run(config, |line| eprintln!("{line}")))?;
-    let machine = Machine::probe();
-    let markdown = format!(
-        "{}- load average before / after: {} / {}\n\n{}\n{}",
-        machine.markdown(),
-        loadavg_before,
-        loadavg(),
-        noharm::markdown(&result),
-        run_footer(started)
+    let bench = BenchRun::start();
+    eprintln!(
+        "noharm-bench: load average {}; weir = {}",
+        bench.loadavg_before(),
+        config.weir_bin.display()
     );
+    let result = runtime.block_on(noharm::run(config, |line| eprintln!("{line}")))?;
     let out = args.runner.out_dir(workspace.join("tests/bench/out/noharm"))?;
-    let json = serde_json::json!({ "machine": machine, "result": result });
-    write_report(&out, "noharm", &json, &markdown)?;
+    let markdown = bench.report(&out, "noharm", &result, &noharm::markdown(&result))?;
     let plots = noharm::write_plots(&result, &out)?;
     println!("{markdown}");
     eprintln!("wrote {}/noharm.{{json,md}} and {}", out.display(), plots.join(", "));

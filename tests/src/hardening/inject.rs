@@ -18,7 +18,7 @@ use rustls_pki_types::{pem::PemObject, CertificateDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
-use super::{measure, resources, HardeningConfig, Run, Sampler};
+use super::{HardeningConfig, Run, Watch};
 
 /// The name the certificate is for (what the chart's Service is called).
 const SERVER_NAME: &str = "weir-injector.weir-system.svc";
@@ -182,19 +182,15 @@ pub(super) async fn idle_flood(c: &HardeningConfig) -> anyhow::Result<Run> {
         async move { review(addr, &tls, body).await }
     };
     let pid = injector.child.id();
-    measure(Duration::from_millis(500), c.pace, reviewer.clone()).await;
-    let unattacked = measure(c.phase, c.pace, reviewer.clone()).await;
-    let before = resources(pid);
-    let sampler = Sampler::start(pid);
+    let watch = Watch::unattacked(pid, c.phase, c.pace, reviewer.clone()).await;
     let started = Instant::now();
     let held = idle_connections(addr, IDLE, 2).await;
     let opened_in = started.elapsed();
-    let attacked = measure(c.phase, c.pace, reviewer).await;
-    let during_max = sampler.stop().await;
+    let attacked = watch.attacked(c.phase, c.pace, reviewer).await;
     let opened = held.len() as u64;
     drop(held);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let after = resources(pid);
+    let phases = attacked.after();
     let mut outcomes = BTreeMap::new();
     outcomes.insert("idle connections the kernel completed".into(), opened);
     Ok(Run {
@@ -202,12 +198,8 @@ pub(super) async fn idle_flood(c: &HardeningConfig) -> anyhow::Result<Run> {
         what: format!("{IDLE} idle TCP connections from 127.0.0.2 to `weir inject`, held through the attacked phase"),
         settings: "`weir inject` with its shipped limits (1,024 connections, 64 per peer, 2 s handshake)".into(),
         caller: "the API server's review: fresh TLS connection (verified) + POST /inject/namespace, HTTP/1.1".into(),
-        unattacked,
-        attacked,
+        phases,
         attack_outcomes: outcomes,
-        before,
-        during_max,
-        after,
         notes: vec![format!("the idle connections were opened in {:.2} s, at the start of the attacked phase", opened_in.as_secs_f64())],
     })
 }

@@ -400,6 +400,19 @@ impl RawConn {
         RawConn { stream, buf: Vec::new() }
     }
 
+    /// `n` HTTP/1.1 callers, each sending `GET {path}?stalled={i}` with `Host: host` on a
+    /// small receive buffer and then never reading: the response stalls on them.
+    pub async fn never_reading(addr: SocketAddr, n: usize, path: &str, host: &str) -> Vec<RawConn> {
+        let mut readers = Vec::with_capacity(n);
+        for i in 0..n {
+            let mut raw = RawConn::connect_small_receive_buffer(addr, 4096).await;
+            raw.send(format!("GET {path}?stalled={i} HTTP/1.1\r\nHost: {host}\r\n\r\n").as_bytes())
+                .await;
+            readers.push(raw);
+        }
+        readers
+    }
+
     pub async fn send(&mut self, bytes: &[u8]) {
         self.stream.write_all(bytes).await.expect("write to weir");
     }
