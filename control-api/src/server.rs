@@ -21,10 +21,11 @@ use crate::store::{SwapError, TableStore};
 /// The most CPU that unauthenticated table checks take in all, in cores, whatever is sent
 /// and whatever `max_concurrent_table_checks` is: after each check its permit stays taken
 /// for a cool-down ([`check_cooldown`]) that keeps every permit together within it. A
-/// quarter of a core: the parse of a 1 MiB table in a release build takes about a tenth of
-/// a second, so a few checks a second still pass, and the operator's writes (which have
-/// their own permit), the probes and the data plane keep the rest.
-pub const UNAUTHENTICATED_CHECK_SHARE: f64 = 0.25;
+/// tenth of a core: the parse of a 1 MiB table in a release build takes about a tenth of a
+/// second, so one such check a second still passes (a small table's, many), and the
+/// operator's writes (which have their own permit), the probes and the data plane keep
+/// the rest.
+pub const UNAUTHENTICATED_CHECK_SHARE: f64 = 0.1;
 
 /// Unauthenticated table checks that may wait for a permit, per permit (see
 /// [`ControlPlane::table_check_permit`]).

@@ -86,7 +86,7 @@ async fn table_checks_beyond_the_limit_wait_in_a_bounded_line_and_past_it_are_re
         ..cfg
     };
     let s = common::start_with(cfg, dir).await;
-    // Heavy enough to hold the one permit for a while (the check, then 3x its time).
+    // Heavy enough to hold the one permit for a while (the check, then 9x its time: one permit, a tenth of a core).
     let big = bytes::Bytes::from(heavy_table());
     let url = s.url("/v1/priority-table/validate");
     let validate = |body: bytes::Bytes| {
