@@ -46,9 +46,10 @@ pub struct AdminConfig {
     #[schemars(with = "admission_core::schema::HumanDuration")]
     pub audit_sample_interval: Duration,
     pub timeouts: AdminTimeouts,
-    /// Unauthenticated table validations running at once (each on the blocking pool, off
-    /// the thread that answers probes); more are answered 503 at once. Authenticated writes
-    /// do not share these: they have a permit of their own (see `timeouts.write_wait`).
+    /// Unauthenticated table validations running at once (each on a thread of its own, off
+    /// the thread that answers probes); more wait in line, eight per permit, at most
+    /// `timeouts.write_wait`, and are answered 503 past either. Authenticated writes do not
+    /// share these: they have a permit of their own (see `timeouts.write_wait`).
     #[schemars(range(min = 1, max = 64))]
     pub max_concurrent_table_checks: usize,
     /// Connections each admin listener serves at once; beyond that a new one is closed at
@@ -69,9 +70,9 @@ pub struct AdminTimeouts {
     #[serde(with = "humantime_serde")]
     #[schemars(with = "admission_core::schema::HumanDuration")]
     pub body_read: Duration,
-    /// Longest an authenticated table write waits for the one before it to finish. Writes
-    /// run one at a time on a permit of their own, which unauthenticated validations never
-    /// take; past this the write is answered 503.
+    /// Longest an authenticated table write waits for the one before it to finish, and an
+    /// unauthenticated validation for a check permit. Writes run one at a time on a permit
+    /// of their own, which validations never take; past this either is answered 503.
     #[serde(with = "humantime_serde")]
     #[schemars(with = "admission_core::schema::HumanDuration")]
     pub write_wait: Duration,

@@ -38,7 +38,7 @@ pub enum ControlError {
     /// A setting or a start-up source, named by its field.
     #[error("{0}")]
     Config(FieldError),
-    /// Too many table checks at once; try again shortly.
+    /// Too many table checks at once or waiting; try again shortly.
     #[error("busy: {0} table checks are already running; retry shortly")]
     Busy(usize),
     /// Another table write held the write permit for all of `admin.timeouts.write_wait`.
@@ -105,7 +105,12 @@ impl ControlError {
             ControlError::MethodNotAllowed { allow } => {
                 headers.insert(header::ALLOW, HeaderValue::from_static(allow));
             }
-            ControlError::Busy(_) | ControlError::WriteBusy(_) => {
+            ControlError::Busy(_) => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                // Its body was never read: the connection cannot carry another request.
+                headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
+            }
+            ControlError::WriteBusy(_) => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
             }
             ControlError::PreconditionFailed { current, .. } => {

@@ -1,8 +1,8 @@
 //! The control plane: shared state, listeners, background tasks.
 
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use admission_core::audit::AuditCounters;
 use admission_core::table::{CompiledTable, PriorityTable};
@@ -18,12 +18,27 @@ use crate::persist::{digest, StateFile};
 use crate::status::SidecarView;
 use crate::store::{SwapError, TableStore};
 
-/// How long a table-check permit stays taken after an unauthenticated check, as a
-/// multiple of the time the check took: 3 means a permit runs checks at most a quarter of
-/// the time, so the default two permits cost at most half a core (the parse of a 1 MiB
-/// table in a release build takes tens of milliseconds; the operator's writes, which have
-/// their own permit, and the data plane keep the rest).
-pub const CHECK_COOLDOWN_FACTOR: f64 = 3.0;
+/// The most CPU that unauthenticated table checks take in all, in cores, whatever is sent
+/// and whatever `max_concurrent_table_checks` is: after each check its permit stays taken
+/// for a cool-down ([`check_cooldown`]) that keeps every permit together within it. A
+/// tenth of a core: the parse of a 1 MiB table in a release build takes about a tenth of a
+/// second, so one such check a second still passes (a small table's, many), and the
+/// operator's writes (which have their own permit), the probes and the data plane keep
+/// the rest.
+pub const UNAUTHENTICATED_CHECK_SHARE: f64 = 0.1;
+
+/// Unauthenticated table checks that may wait for a permit, per permit (see
+/// [`ControlPlane::table_check_permit`]).
+pub const QUEUED_CHECKS_PER_PERMIT: usize = 8;
+
+/// How long a table-check permit stays taken after a check that took `took`: each of
+/// `permits` permits then checks at most `took / (took + cool-down)` of the time, together
+/// at most [`UNAUTHENTICATED_CHECK_SHARE`] of a core (the time is the check's wall time,
+/// which is never less than the CPU it used).
+pub fn check_cooldown(took: Duration, permits: usize) -> Duration {
+    let factor = (permits as f64 / UNAUTHENTICATED_CHECK_SHARE - 1.0).max(0.0);
+    took.mul_f64(factor)
+}
 
 pub struct ControlPlane {
     pub(crate) cfg: AdminConfig,
@@ -46,6 +61,8 @@ pub struct ControlPlane {
     /// Permits for unauthenticated table validations on the blocking pool (see
     /// [`ControlPlane::check_table`]).
     table_checks: Arc<Semaphore>,
+    /// Unauthenticated table checks waiting for one of those permits.
+    table_checks_waiting: AtomicUsize,
     /// The threads those validations run on, at the lowest CPU priority.
     check_threads: CheckThreads,
     /// The one permit of authenticated table writes (see [`ControlPlane::write_table`]):
@@ -100,6 +117,7 @@ impl ControlPlane {
             background_started: AtomicBool::new(false),
             stop_background: watch::channel(false).0,
             table_checks: Arc::new(Semaphore::new(cfg_checks)),
+            table_checks_waiting: AtomicUsize::new(0),
             check_threads: CheckThreads::start(cfg_checks)
                 .map_err(|e| ControlError::Internal(format!("table check threads: {e}")))?,
             table_writes: Arc::new(Semaphore::new(1)),
@@ -148,26 +166,40 @@ impl ControlPlane {
         }
     }
 
-    /// A permit for one unauthenticated table check, or 503 at once when all
-    /// `max_concurrent_table_checks` are taken. Taken before the body is read: a refused
-    /// validation costs its head, never a read of up to `max_body_bytes`.
-    pub(crate) fn table_check_permit(
+    /// A permit for one unauthenticated table check. With all `max_concurrent_table_checks`
+    /// taken, the request waits for one in line (first come, first served), at most
+    /// `timeouts.write_wait`, with at most [`QUEUED_CHECKS_PER_PERMIT`] per permit waiting;
+    /// past either bound, 503 (and the connection closes: its body was never read). Taken
+    /// before the body is read: a waiting or refused validation costs its head, never a
+    /// read of up to `max_body_bytes`. Waiting rather than bouncing: a client refused at
+    /// once comes straight back, so eight of them made some 3,000 requests a second, and
+    /// the refusals and the clients' own work on the node cost more CPU than the checks.
+    pub(crate) async fn table_check_permit(
         &self,
     ) -> Result<tokio::sync::OwnedSemaphorePermit, ControlError> {
-        self.table_checks
-            .clone()
-            .try_acquire_owned()
-            .map_err(|_| ControlError::Busy(self.cfg.max_concurrent_table_checks))
+        let busy = || ControlError::Busy(self.cfg.max_concurrent_table_checks);
+        if let Ok(permit) = self.table_checks.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        let room = self.cfg.max_concurrent_table_checks * QUEUED_CHECKS_PER_PERMIT;
+        let Some(_waiting) = Waiting::join(&self.table_checks_waiting, room) else {
+            return Err(busy());
+        };
+        let wait = self.cfg.timeouts.write_wait;
+        match tokio::time::timeout(wait, self.table_checks.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => Ok(permit),
+            _ => Err(busy()),
+        }
     }
 
     /// Runs `job` (an unauthenticated table parse and validation) with `permit` (from
     /// [`ControlPlane::table_check_permit`]) on one of the check threads, which run at the
     /// lowest CPU priority (nice 19): the admin runtime keeps answering probes and metrics,
     /// and the operator's writes and the data plane get the CPU first, whatever the body
-    /// costs. The permit is then held for a
-    /// cool-down of [`CHECK_COOLDOWN_FACTOR`] times the time the check took, so each permit
-    /// runs checks at most `1 / (1 + factor)` of the time: unauthenticated callers get at
-    /// most `max_concurrent_table_checks / (1 + factor)` of a core, whatever they send.
+    /// costs. The permit is then held for a cool-down ([`check_cooldown`]), so that
+    /// unauthenticated callers get at most [`UNAUTHENTICATED_CHECK_SHARE`] of a core in
+    /// all, whatever they send. `job` should leave the big things it made (the parsed
+    /// table) behind on the check thread: freeing them is part of the check's cost.
     pub(crate) async fn check_table<T: Send + 'static>(
         self: &Arc<Self>,
         permit: tokio::sync::OwnedSemaphorePermit,
@@ -188,7 +220,7 @@ impl ControlPlane {
         let (result, took) = answered
             .await
             .map_err(|_| ControlError::Internal("a table check thread stopped".into()))?;
-        let cooldown = took.mul_f64(CHECK_COOLDOWN_FACTOR);
+        let cooldown = check_cooldown(took, self.cfg.max_concurrent_table_checks);
         tokio::spawn(async move {
             tokio::time::sleep(cooldown).await;
             drop(permit);
@@ -253,6 +285,26 @@ impl ControlPlane {
             last_1m: report(WINDOWS[0].1),
             last_10m: report(WINDOWS[1].1),
         }
+    }
+}
+
+/// One place among the table checks waiting for a permit; left on drop (the request may be
+/// dropped while it waits).
+struct Waiting<'a>(&'a AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    /// A place, if fewer than `room` are taken.
+    fn join(waiting: &'a AtomicUsize, room: usize) -> Option<Self> {
+        waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < room).then_some(n + 1))
+            .ok()
+            .map(|_| Waiting(waiting))
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

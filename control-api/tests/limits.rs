@@ -1,5 +1,6 @@
 //! Every wait on the admin listener is bounded by a named setting, and table checks beyond
-//! `max_concurrent_table_checks` are refused at once instead of queueing.
+//! `max_concurrent_table_checks` wait in a bounded line, each within
+//! `timeouts.write_wait`; past the line they are refused at once.
 
 mod common;
 
@@ -72,29 +73,59 @@ async fn a_body_that_never_ends_is_answered_408() {
     s.stop().await;
 }
 
+/// With the one permit taken, the next eight checks (eight per permit) wait in line, each at
+/// most `timeouts.write_wait` (then 503); those beyond the line are refused 503 at once,
+/// with `retry-after` and the connection closed (their bodies were never read).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn table_checks_beyond_the_limit_are_refused_at_once() {
+async fn table_checks_beyond_the_limit_wait_in_a_bounded_line_and_past_it_are_refused_at_once() {
+    const WAIT: Duration = Duration::from_secs(3);
     let (cfg, dir) = common::config();
-    let s = common::start_with(AdminConfig { max_concurrent_table_checks: 1, ..cfg }, dir).await;
-    // Heavy enough to hold the one permit for a while.
-    let big = heavy_table();
-    let yaml = [("content-type", "application/yaml")];
+    let cfg = AdminConfig {
+        max_concurrent_table_checks: 1,
+        timeouts: AdminTimeouts { write_wait: WAIT, ..AdminTimeouts::default() },
+        ..cfg
+    };
+    let s = common::start_with(cfg, dir).await;
+    // Heavy enough to hold the one permit for a while (the check, then 9x its time: one permit, a tenth of a core).
+    let big = bytes::Bytes::from(heavy_table());
     let url = s.url("/v1/priority-table/validate");
-    let sends = (0..6).map(|_| {
-        let (url, body) = (url.clone(), bytes::Bytes::from(big.clone()));
-        tokio::spawn(async move { common::send(&url, Method::POST, &yaml, body).await })
-    });
-    let mut statuses = Vec::new();
-    for send in sends.collect::<Vec<_>>() {
-        let r = send.await.unwrap();
-        if r.status == StatusCode::SERVICE_UNAVAILABLE {
-            assert_eq!(r.headers["retry-after"], "1");
-        }
-        statuses.push(r.status.as_u16());
+    let validate = |body: bytes::Bytes| {
+        let url = url.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let yaml = [("content-type", "application/yaml")];
+            let r = common::try_send(&url, Method::POST, &yaml, body).await;
+            (r, started.elapsed())
+        })
+    };
+    let first = validate(big.clone());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let line: Vec<_> = (0..8).map(|_| validate(big.clone())).collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Small bodies: what they cost is their head alone.
+    let beyond: Vec<_> = (0..4).map(|_| validate(common::table_yaml(1).into())).collect();
+    for refused in beyond {
+        let (r, took) = refused.await.unwrap();
+        let r = r.expect("answered");
+        assert_eq!(r.status, StatusCode::SERVICE_UNAVAILABLE, "{}", r.body);
+        assert_eq!(r.headers["retry-after"], "1");
+        assert_eq!(r.headers["connection"], "close");
+        assert!(took < WAIT, "refused after {took:?}: it waited in line");
     }
-    assert!(statuses.contains(&200), "{statuses:?}");
-    assert!(statuses.iter().all(|s| [200, 503].contains(s)), "{statuses:?}");
-    assert!(statuses.contains(&503), "six at once with one permit: {statuses:?}");
+    let (r, _) = first.await.unwrap();
+    assert_eq!(r.unwrap().status, StatusCode::OK);
+    for waiter in line {
+        let (r, took) = waiter.await.unwrap();
+        match r.map(|r| r.status) {
+            Ok(StatusCode::OK) => {}
+            // Busy when its wait ran out (the connection may close under the rest of its
+            // body).
+            Ok(StatusCode::SERVICE_UNAVAILABLE) | Err(_) => {
+                assert!(took >= WAIT, "a waiter refused after {took:?}, before its wait ran out");
+            }
+            Ok(other) => panic!("a waiter got {other}"),
+        }
+    }
     s.stop().await;
 }
 
@@ -121,7 +152,8 @@ async fn a_validate_flood_never_takes_the_write_permit() {
     let s = common::start_with(AdminConfig { max_concurrent_table_checks: 1, ..cfg }, dir).await;
     let (big, url) = (bytes::Bytes::from(heavy_table()), s.url("/v1/priority-table/validate"));
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flood: Vec<_> = (0..4)
+    // More than the permit and its line (eight) hold: some are refused busy all along.
+    let flood: Vec<_> = (0..12)
         .map(|_| {
             let (stop, url, big) = (stop.clone(), url.clone(), big.clone());
             tokio::spawn(async move {

@@ -29,6 +29,8 @@ use hyper::body::{Body, Frame, Incoming, SizeHint};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Sleep};
 
+use crate::inflight::InflightLimit;
+
 /// Errors of bodies passed between the caller and the app.
 pub type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -170,10 +172,84 @@ pub struct RequestBody {
     /// The whole body must have arrived by then.
     deadline: Option<Instant>,
     timer: Option<Pin<Box<Sleep>>>,
-    /// A frame arrived since the timer was last armed.
+    /// When the current gap ends: set at the first wait after a frame arrived.
+    gap_end: Option<Instant>,
+    /// A frame arrived since the gap's end was last set.
     progressed: bool,
     /// Why the body failed, for whoever answers the caller (see [`RequestBodyFailure`]).
     failure: Arc<OnceLock<RequestBodyFailure>>,
+    /// The app's wait on the caller, and the exchange's slot it lends (see
+    /// [`RequestBody::lending`]); `None` once the body has ended.
+    caller_wait: Option<CallerWait>,
+}
+
+/// How long the app has asked for more of a request body that the caller had not sent yet.
+/// Once that adds up to `grace`, the exchange's in-flight slot is lent
+/// ([`InflightLimit::lend`]) until the body ends: the app is waiting on the caller then, not
+/// working, and the limit bounds the requests the app works on (within the ceiling,
+/// `max_inflight`, which lent slots still count against). Without it, callers that trickle
+/// their bodies hold the app's slots for their whole budget while everyone else queues.
+#[derive(Debug)]
+struct CallerWait {
+    grace: Duration,
+    /// The app has waited on the caller since then.
+    since: Option<Instant>,
+    /// Its waits before `since`.
+    waited: Duration,
+    limit: Arc<InflightLimit>,
+    lent: bool,
+    /// `waited`, in nanoseconds, for the exchange (published as each wait ends).
+    total: Arc<AtomicU64>,
+}
+
+impl CallerWait {
+    /// When the grace runs out if the current wait goes on (`None`: not waiting, or lent).
+    fn lend_at(&self) -> Option<Instant> {
+        match (self.lent, self.since) {
+            (false, Some(since)) => Some(since + self.grace.saturating_sub(self.waited)),
+            _ => None,
+        }
+    }
+
+    fn waiting(&mut self, now: Instant) {
+        self.since.get_or_insert(now);
+    }
+
+    fn caught_up(&mut self, now: Instant) {
+        if let Some(since) = self.since.take() {
+            self.waited += now.saturating_duration_since(since);
+            let nanos = u64::try_from(self.waited.as_nanos()).unwrap_or(u64::MAX);
+            self.total.store(nanos, Relaxed);
+        }
+    }
+
+    fn lend(&mut self) {
+        if !std::mem::replace(&mut self.lent, true) {
+            self.limit.lend();
+        }
+    }
+}
+
+impl Drop for CallerWait {
+    /// The body ended (or failed, or was dropped): the app works on the request again, or
+    /// the exchange is over; the slot counts against the limit again.
+    fn drop(&mut self) {
+        self.caught_up(Instant::now());
+        if self.lent {
+            self.limit.unlend();
+        }
+    }
+}
+
+/// How long, in all, the app has waited on a request body's caller (see
+/// [`RequestBody::lending`]): not the app's own time.
+#[derive(Debug, Clone)]
+pub struct CallerWaited(Arc<AtomicU64>);
+
+impl CallerWaited {
+    pub fn get(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Relaxed))
+    }
 }
 
 /// Why a caller's request body failed on its way to the app: the status the caller gets
@@ -226,8 +302,10 @@ impl RequestBody {
             gap: Duration::ZERO,
             deadline: None,
             timer: None,
+            gap_end: None,
             progressed: false,
             failure: Arc::default(),
+            caller_wait: None,
         }
     }
 
@@ -235,6 +313,28 @@ impl RequestBody {
     pub fn until(mut self, deadline: impl Into<Instant>) -> Self {
         self.deadline = Some(deadline.into());
         self
+    }
+
+    /// Once the app has waited `grace` in all for this body's caller, lends the exchange's
+    /// slot in `limit` until the body ends (see [`CallerWait`]). Nothing for a body weir
+    /// already holds whole.
+    pub fn lending(mut self, limit: &Arc<InflightLimit>, grace: Duration) -> Self {
+        if self.inner.is_some() {
+            self.caller_wait = Some(CallerWait {
+                grace,
+                since: None,
+                waited: Duration::ZERO,
+                limit: limit.clone(),
+                lent: false,
+                total: Arc::default(),
+            });
+        }
+        self
+    }
+
+    /// How long the app has waited on the caller so far (`None`: not [`RequestBody::lending`]).
+    pub fn caller_waited(&self) -> Option<CallerWaited> {
+        self.caller_wait.as_ref().map(|w| CallerWaited(w.total.clone()))
     }
 
     /// Tells how the body failed once it has been sent on.
@@ -269,6 +369,7 @@ impl RequestBody {
         let _ = self.failure.set(why);
         self.inner = None;
         self.timer = None;
+        self.caller_wait = None;
         match why {
             RequestBodyFailure::Stalled => BodyStall::RequestBodyRead.into(),
             RequestBodyFailure::PastDeadline => BodyStall::RequestBodyDeadline.into(),
@@ -300,6 +401,9 @@ impl Body for RequestBody {
         match Pin::new(inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 this.progressed = true;
+                if let Some(wait) = this.caller_wait.as_mut() {
+                    wait.caught_up(now);
+                }
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
@@ -309,33 +413,51 @@ impl Body for RequestBody {
             Poll::Ready(None) => {
                 this.inner = None;
                 this.timer = None;
+                this.caller_wait = None;
                 Poll::Ready(None)
             }
             Poll::Pending => {
-                // Armed lazily and re-armed only after progress: one timer per body, not
-                // one per frame. It fires at the next gap's end or the deadline, whichever
-                // is first.
-                let mut at = now + this.gap;
-                if let Some(deadline) = this.deadline {
-                    at = at.min(deadline);
+                // The app asks for more and the caller has sent nothing yet.
+                if let Some(wait) = this.caller_wait.as_mut() {
+                    wait.waiting(now);
                 }
-                let timer = match this.timer.as_mut() {
-                    None => this.timer.insert(Box::pin(tokio::time::sleep_until(at))),
-                    Some(timer) => {
-                        if this.progressed {
-                            timer.as_mut().reset(at);
+                if this.progressed || this.gap_end.is_none() {
+                    this.gap_end = Some(now + this.gap);
+                    this.progressed = false;
+                }
+                // One timer per body, not one per frame, reset only when what it waits for
+                // changes: the gap's end, the deadline, or the end of the caller's grace,
+                // whichever is first.
+                loop {
+                    let gap_end = this.gap_end.unwrap_or(now + this.gap);
+                    let fail_at = this.deadline.map_or(gap_end, |d| d.min(gap_end));
+                    let lend_at = this.caller_wait.as_ref().and_then(CallerWait::lend_at);
+                    let at = lend_at.map_or(fail_at, |l| l.min(fail_at));
+                    let timer = match this.timer.as_mut() {
+                        None => this.timer.insert(Box::pin(tokio::time::sleep_until(at))),
+                        Some(timer) => {
+                            if timer.deadline() != at {
+                                timer.as_mut().reset(at);
+                            }
+                            timer
                         }
-                        timer
+                    };
+                    ready!(timer.as_mut().poll(cx));
+                    let now = Instant::now();
+                    let lending = lend_at.is_some() && now < fail_at;
+                    if let (Some(wait), true) = (this.caller_wait.as_mut(), lending) {
+                        // The grace is over: the app waits on the caller (lent once, so the
+                        // next turn waits for the gap's end or the deadline).
+                        wait.lend();
+                        continue;
                     }
-                };
-                this.progressed = false;
-                ready!(timer.as_mut().poll(cx));
-                let why = if this.deadline.is_some_and(|d| Instant::now() >= d) {
-                    RequestBodyFailure::PastDeadline
-                } else {
-                    RequestBodyFailure::Stalled
-                };
-                Poll::Ready(Some(Err(this.fail(why))))
+                    let why = if this.deadline.is_some_and(|d| now >= d) {
+                        RequestBodyFailure::PastDeadline
+                    } else {
+                        RequestBodyFailure::Stalled
+                    };
+                    return Poll::Ready(Some(Err(this.fail(why))));
+                }
             }
         }
     }
@@ -402,6 +524,49 @@ impl EarlyBody {
             }
         }
         std::future::pending().await
+    }
+
+    /// The body's length, when its head declares one.
+    pub fn declared_len(&self) -> Option<u64> {
+        self.inner.as_ref().and_then(|inner| inner.size_hint().exact())
+    }
+
+    /// Reads the body ahead until it has ended or `want` bytes of it are here: each gap at
+    /// most `gap`, the whole by `deadline`. What the request path waits for before a body of
+    /// declared length may take an in-flight slot (see `Inbound::body_before_slot`).
+    pub async fn arrive(
+        &mut self,
+        want: u64,
+        gap: Duration,
+        deadline: Instant,
+    ) -> Result<(), RequestBodyFailure> {
+        use http_body_util::BodyExt;
+        while self.read_ahead_bytes < want {
+            let Some(inner) = self.inner.as_mut() else { break };
+            let by = (Instant::now() + gap).min(deadline);
+            match tokio::time::timeout_at(by, inner.frame()).await {
+                Ok(Some(Ok(frame))) => {
+                    if let Some(data) = frame.data_ref() {
+                        self.read_ahead_bytes += data.len() as u64;
+                    }
+                    self.read_ahead.push_back(frame);
+                    if inner.is_end_stream() {
+                        self.inner = None;
+                    }
+                }
+                Ok(None) => self.inner = None,
+                Ok(Some(Err(e))) => {
+                    tracing::debug!(error = %e, "caller's request body failed");
+                    self.inner = None;
+                    return Err(RequestBodyFailure::Malformed);
+                }
+                Err(_) if Instant::now() >= deadline => {
+                    return Err(RequestBodyFailure::PastDeadline)
+                }
+                Err(_) => return Err(RequestBodyFailure::Stalled),
+            }
+        }
+        Ok(())
     }
 
     pub fn into_request_body(self, gap: Duration) -> RequestBody {

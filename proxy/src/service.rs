@@ -42,7 +42,9 @@ use tokio::time::Instant;
 
 use crate::app_client::{AppClient, ClientSettings, Endpoint, Protocol};
 use crate::app_protocol::{self, Choice, Upstream};
-use crate::body::{CallerBody, EarlyBody, PumpEvent, ResponseBody};
+use crate::body::{
+    CallerBody, EarlyBody, PumpEvent, RequestBodyFailure, ResponseBody, READ_AHEAD_LIMIT,
+};
 use crate::config::{AppProtocol, SidecarConfig};
 use crate::http::{respond, Names};
 use crate::priority::PriorityHeaders;
@@ -263,8 +265,15 @@ impl<A: AppClient> Inbound<A> {
             }
         };
 
+        // Body: one of declared length takes a slot only once it is here (see
+        // `body_before_slot`); the wait for a slot starts then.
+        let ready = match self.body_before_slot(&mut body, arrival, deadline).await {
+            Ok(ready) => ready,
+            Err(failure) => return self.error(failure.error(), grpc),
+        };
+
         // Queue.
-        let waiter = self.waiter(priority, arrival, deadline);
+        let waiter = self.waiter(priority, ready, deadline);
         let (slot, queued) = match self.shared.limit.try_slot() {
             Some(slot) => {
                 engine.record_queuing(Duration::ZERO);
@@ -316,8 +325,8 @@ impl<A: AppClient> Inbound<A> {
             }
         };
 
-        // Gate. Without a wait, the arrival is "now" to within microseconds.
-        let now = if queued { Instant::now() } else { arrival };
+        // Gate. Without a wait, the request was ready "now" to within microseconds.
+        let now = if queued { Instant::now() } else { ready };
         let verdict = self.queue_policy.at_dequeue(&waiter, &self.conditions(now), queued);
         if !verdict.is_forward() {
             if !self.shadow() {
@@ -342,6 +351,28 @@ impl<A: AppClient> Inbound<A> {
         let exchange = AppExchange::new(slot, now, self.shared.clone(), visit);
         let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
         self.forward(parts, body, protocol, deadline, exchange, grpc).await
+    }
+
+    /// The body layer: a request body of declared length takes an in-flight slot only once
+    /// all of it, or its first [`READ_AHEAD_LIMIT`] bytes, have arrived (each gap within
+    /// `timeouts.body_read`, the whole within the budget: else 408 / 504, and the app never
+    /// sees it). A caller that trickles its body is then the only one who waits for it: it
+    /// holds no slot the app's other callers need. A body without a declared length (a
+    /// chunked upload, a gRPC stream) may be an exchange in which the caller waits for the
+    /// app before it sends more, so it goes on as it comes; once it keeps the app waiting,
+    /// its slot is lent (see [`RequestBody::lending`]). When the request is ready for the
+    /// queue: `arrival` when nothing had to be waited for.
+    ///
+    /// [`RequestBody::lending`]: crate::body::RequestBody::lending
+    async fn body_before_slot(
+        &self,
+        body: &mut EarlyBody,
+        arrival: Instant,
+        deadline: Instant,
+    ) -> Result<Instant, RequestBodyFailure> {
+        let Some(declared) = body.declared_len() else { return Ok(arrival) };
+        body.arrive(declared.min(READ_AHEAD_LIMIT), self.body_read, deadline).await?;
+        Ok(Instant::now())
     }
 
     /// The priority layer. Entry: the table's verdict replaces whatever the client claimed
@@ -423,8 +454,12 @@ impl<A: AppClient> Inbound<A> {
         // From the dispatch, a few microseconds ago: one clock read fewer per request.
         let remaining = deadline.saturating_duration_since(exchange.dispatched());
         let head_request = parts.method == Method::HEAD;
-        let body = body.into_request_body(self.body_read).until(deadline);
+        let body = body
+            .into_request_body(self.body_read)
+            .until(deadline)
+            .lending(&self.shared.limit, exchange.stall_grace());
         let caller_body = body.probe();
+        let caller_waited = body.caller_waited();
         let req = forward::app_request(
             parts,
             body,
@@ -452,7 +487,7 @@ impl<A: AppClient> Inbound<A> {
                 return self.error(WeirError::AppTimeout, grpc);
             }
         };
-        exchange.headers_received();
+        exchange.headers_received(caller_waited.map_or(Duration::ZERO, |w| w.get()));
         let (mut head, body) = response.into_parts();
         crate::forward_headers::clean_response(&mut head.headers);
         // The app's HTTP version is the app connection's business: an HTTP/1.0 app's

@@ -70,14 +70,15 @@ impl ControlPlane {
         req: Request<Incoming>,
     ) -> Result<Response<Full<Bytes>>, ControlError> {
         let format = body_format(req.headers())?;
-        let permit = self.table_check_permit()?;
+        let permit = self.table_check_permit().await?;
         let body = self.read_body(req).await?;
-        let compiled = self
+        // The answer is made on the check thread, which frees the parsed table too.
+        let answer = self
             .check_table(permit, move |plane| {
-                Ok(plane.table.load().compile_next(&parse(&body, format)?)?)
+                Ok(accepted(&plane.table.load().compile_next(&parse(&body, format)?)?))
             })
             .await?;
-        to_json(StatusCode::OK, &accepted(&compiled))
+        to_json(StatusCode::OK, &answer)
     }
 
     /// The whole body, within `max_body_bytes` and `timeouts.body_read`.

@@ -57,12 +57,13 @@ impl AppExchange {
         }
     }
 
-    /// The app's response headers arrived.
-    pub(super) fn headers_received(&mut self) {
+    /// The app's response headers arrived; it spent `caller_waited` of the time since the
+    /// dispatch waiting for the caller's body, which is not its own time.
+    pub(super) fn headers_received(&mut self, caller_waited: Duration) {
         if std::mem::replace(&mut self.answered, true) {
             return;
         }
-        let took = self.dispatched.elapsed();
+        let took = self.dispatched.elapsed().saturating_sub(caller_waited);
         let downstream = self.end_visit();
         self.shared.app_time.record(took);
         let shared = &self.shared;

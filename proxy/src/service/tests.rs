@@ -33,6 +33,7 @@ const TIMEOUT: &str = "x-request-timeout-ms";
 // === the app double ===
 
 /// How the app answers, by the request's path:
+/// - `/read`: reads the request body to its end, then answers 200 with its length;
 /// - `/after/<ms>`: 200 after that many (virtual) milliseconds;
 /// - `/hold`: 200 once the test releases it ([`App::release`]);
 /// - `/stall`: never;
@@ -82,6 +83,15 @@ impl AppClient for TestApp {
             let budget = req.headers().get(TIMEOUT).map(|v| v.to_str().unwrap().to_owned());
             app.seen.lock().unwrap().push((path.clone(), budget, Instant::now()));
             match path.as_str() {
+                "/read" => {
+                    let Ok(body) = req.into_body().collect().await else {
+                        let source = std::io::ErrorKind::BrokenPipe.into();
+                        return Err(ClientError::Connect { addr: APP_ADDR, source });
+                    };
+                    let len = body.to_bytes().len().to_string();
+                    let response = Response::new(Full::new(Bytes::from(len)));
+                    return Ok(Exchange { response, lease: Lease::detached() });
+                }
                 "/hold" => app.holds.acquire().await.unwrap().forget(),
                 "/stall" => std::future::pending().await,
                 "/fail" => {
@@ -167,6 +177,51 @@ fn get(path: &str, headers: &[(&str, &str)]) -> Request<CallerBody> {
         req = req.header(*name, *value);
     }
     req.body(CallerBody::new(Empty::<Bytes>::new())).unwrap()
+}
+
+/// A request body the test sends piece by piece, of `declared` length (else unknown, as a
+/// chunked upload's); it ends when the sender is dropped.
+struct TestBody {
+    pieces: tokio::sync::mpsc::Receiver<Bytes>,
+    declared: Option<u64>,
+}
+
+impl hyper::body::Body for TestBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>> {
+        let piece = std::task::ready!(self.pieces.poll_recv(cx));
+        if let (Some(left), Some(data)) = (self.declared.as_mut(), &piece) {
+            *left = left.saturating_sub(data.len() as u64);
+        }
+        std::task::Poll::Ready(piece.map(|data| Ok(hyper::body::Frame::data(data))))
+    }
+
+    /// Ended once the declared length is here, as hyper's own body is.
+    fn is_end_stream(&self) -> bool {
+        self.declared == Some(0)
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.declared.map_or_else(hyper::body::SizeHint::new, hyper::body::SizeHint::with_exact)
+    }
+}
+
+/// `POST /read` with `headers` and a body the returned sender feeds.
+fn upload(
+    declared: Option<u64>,
+    headers: &[(&str, &str)],
+) -> (tokio::sync::mpsc::Sender<Bytes>, Request<CallerBody>) {
+    let (tx, pieces) = tokio::sync::mpsc::channel(16);
+    let mut req = Request::post("/read").header("host", "app.test");
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    (tx, req.body(CallerBody::new(TestBody { pieces, declared })).unwrap())
 }
 
 /// A gRPC call over HTTP/2 with `grpc-timeout: <ms>m`.
@@ -442,4 +497,84 @@ async fn grpc_refusals_are_trailers_only_statuses() {
         assert!(hyper::body::Body::is_end_stream(resp.body()), "trailers-only: no body");
     }
     assert_eq!(s.app.paths(), ["/stall"]);
+}
+
+/// A body of declared length takes no slot until it has arrived: with one slot, a caller
+/// trickling 100 declared bytes one every 50 ms under a 300 ms budget holds nothing while a
+/// GET is served at once, and is answered 504 (`caller-body-late`) at its deadline without
+/// reaching the app. A body that arrives in time is read whole first and then forwarded.
+#[tokio::test(start_paused = true)]
+async fn a_body_of_declared_length_takes_no_slot_until_it_has_arrived() {
+    let s = sidecar(|_| {});
+    let start = Instant::now();
+    let (tx, req) = upload(Some(100), &[(TIMEOUT, "300")]);
+    let trickled = s.send(req);
+    let trickler = tokio::spawn(async move {
+        while tx.send(Bytes::from_static(b"x")).await.is_ok() {
+            tokio::time::sleep(50 * MS).await;
+        }
+    });
+    tokio::time::sleep(20 * MS).await;
+    assert_eq!((s.shared().limit.inflight(), s.shared().limit.queued()), (0, 0));
+    let (served, at) = s.send(get("/after/10", &[])).await.unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_at(at, start, 30 * MS);
+
+    let (late, at) = trickled.await.unwrap();
+    assert_eq!(late.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(header(late.headers(), "x-weir-error"), Some("caller-body-late"));
+    assert_at(at, start, 300 * MS);
+    assert_eq!(s.app.paths(), ["/after/10"], "the trickled request never reached the app");
+    trickler.abort();
+
+    // Sent in two pieces 40 ms apart: forwarded whole once the second is here.
+    let start = Instant::now();
+    let (tx, req) = upload(Some(9), &[(TIMEOUT, "300")]);
+    let whole = s.send(req);
+    tx.send(Bytes::from_static(b"four")).await.unwrap();
+    tokio::time::sleep(40 * MS).await;
+    assert_eq!(s.app.paths().len(), 1, "not at the app before its body is here");
+    tx.send(Bytes::from_static(b"+five")).await.unwrap();
+    let (resp, at) = whole.await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_at(at, start, 40 * MS);
+    assert_eq!(body_of(resp).await, "9");
+    assert_eq!(s.shared().limit.inflight(), 0);
+}
+
+/// A body without a declared length goes to the app as it comes; once the app has waited
+/// its typical time (10 ms) on the caller, the slot is lent: with a limit of one (below a
+/// ceiling of two, as the adaptive limit is), another request is served meanwhile. When the
+/// body ends the slot counts again and then goes back, and the app's time learnt from the
+/// upload leaves out the wait for the caller.
+#[tokio::test(start_paused = true)]
+async fn a_streaming_body_that_keeps_the_app_waiting_lends_its_slot() {
+    let s = sidecar(|c| c.inbound.max_inflight = 2);
+    s.shared().limit.set_limit(1);
+    assert_eq!(s.shared().limit.ceiling(), 2);
+    s.send(get("/after/10", &[])).await.unwrap();
+    assert_eq!(s.shared().app_time.typical(), 10 * MS);
+    let start = Instant::now();
+    let (tx, req) = upload(None, &[(TIMEOUT, "1000")]);
+    tx.send(Bytes::from_static(b"first")).await.unwrap();
+    let uploading = s.send(req);
+    s.settle("the upload at the app", |s| s.app.paths().len() == 2).await;
+    tokio::time::sleep(9 * MS).await;
+    let limit = &s.shared().limit;
+    assert_eq!((limit.inflight(), limit.lent()), (1, 0), "held within the grace");
+    tokio::time::sleep(2 * MS).await;
+    assert_eq!((limit.inflight(), limit.lent()), (1, 1), "lent past the grace");
+
+    let (served, at) = s.send(get("/after/10?meanwhile", &[])).await.unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_at(at, start, 21 * MS);
+
+    tx.send(Bytes::from_static(b"+rest")).await.unwrap();
+    drop(tx);
+    let (resp, at) = uploading.await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert_at(at, start, 21 * MS);
+    assert_eq!(body_of(resp).await, "10");
+    assert_eq!((limit.inflight(), limit.lent()), (0, 0));
+    assert!(s.shared().app_time.typical() <= 10 * MS, "{:?}", s.shared().app_time.typical());
 }

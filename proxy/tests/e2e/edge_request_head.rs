@@ -158,6 +158,47 @@ async fn bodies_trickled_under_a_declared_hour_hold_no_slot_past_the_cap() {
     assert!(longest < CAP + MARGIN, "a trickled body held its slot for {longest:?}");
 }
 
+/// The budget trickle of the hardening benchmark, with the shipped defaults (the adaptive
+/// limit, the entry's 500 ms cap): 64 clients declaring Content-Length 100000 and a 1 h
+/// budget, sending a byte every 100 ms, each starting again when cut off. A body of
+/// declared length takes no slot until it is here, so none of them reaches the app (before:
+/// every admitted one did, and held its slot for the cap); each is answered 504 by the cap
+/// (plus a margin), and every probe of the well-behaved caller is answered meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bodies_trickled_under_a_declared_length_never_reach_the_app() {
+    const TRICKLERS: usize = 64;
+    const CAP: Duration = Duration::from_millis(500);
+    let app = Backend::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let weir = entry(app.addr, &dir, |_| {});
+    let addr = weir.inbound_addr();
+    let unattacked = unattacked_series(addr, PROBES, PROBE_BOUND).await;
+
+    let mut tricklers = Vec::new();
+    for _ in 0..TRICKLERS {
+        tricklers.push(tokio::spawn(async move {
+            let mut lasted = Vec::new();
+            for _ in 0..3 {
+                lasted.push(trickle(addr, CAP + MARGIN).await);
+            }
+            lasted
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let attacked = probe_series(addr, PROBES, PROBE_BOUND).await;
+    Latencies::report("64 clients trickling bodies of declared length", &unattacked, &attacked);
+    let mut longest = Duration::ZERO;
+    for t in tricklers {
+        for lasted in t.await.unwrap() {
+            longest = longest.max(lasted);
+        }
+    }
+    eprintln!("longest trickled exchange: {longest:?} (cap {CAP:?})");
+    assert!(longest < CAP + MARGIN, "a trickled body was answered after {longest:?}");
+    let reached = app.seen_path("/echo").len();
+    assert_eq!(reached, 0, "{reached} trickled requests reached the app before their bodies");
+}
+
 /// Requests whose authority is ambiguous, each of which must be refused with 400 and the
 /// level; returns the cases that were not.
 async fn ambiguous_authorities(addr: SocketAddr) -> Vec<String> {
