@@ -395,6 +395,11 @@ impl AdaptiveLimit {
 
     fn close_interval(&mut self, now: Nanos) {
         let elapsed = now.saturating_sub(self.start);
+        // Nothing closes before `interval` (the length is at least that, and so is the early
+        // close's age): the baseline, a scan of the history, is not needed on every answer.
+        if elapsed < self.cfg.interval.as_nanos() as u64 {
+            return;
+        }
         let b = self.baseline();
         let length = (self.cfg.interval.as_nanos() as u64).max(b.saturating_mul(2));
         // Early, when the app's own time has already doubled (and more) on enough answers:

@@ -232,7 +232,9 @@ impl Endpoint {
             let pooled = if retried { None } else { self.http1.checkout().await };
             let (mut sender, pooled) = match pooled {
                 Some(sender) => (sender, true),
-                None => (self.connect_http1().await?, false),
+                // Boxed (here and for h2c): a new connection is rare, and its handshake's
+                // state would otherwise size every request's future.
+                None => (Box::pin(self.connect_http1()).await?, false),
             };
             // Only a reused connection can have been closed by the app as the request went
             // out; a copy is kept for that case alone.
@@ -294,7 +296,7 @@ impl Endpoint {
                 let mut conn = self.h2.slots[slot].lock().await;
                 match conn.as_ref() {
                     Some(s) if !s.is_closed() => s.clone(),
-                    _ => conn.insert(self.connect_h2().await?).clone(),
+                    _ => conn.insert(Box::pin(self.connect_h2()).await?).clone(),
                 }
             };
             match sender.try_send_request(req).await {

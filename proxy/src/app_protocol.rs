@@ -246,7 +246,9 @@ impl Upstream {
         let grpc = is_native_grpc(headers);
         let memory = &self.inner;
         let speaks = match memory.speaks() {
-            Speaks::Unknown => memory.learn(deadline).await,
+            // Boxed: only the first requests wait for the probe; the rest should not carry
+            // its state.
+            Speaks::Unknown => Box::pin(memory.learn(deadline)).await,
             known => {
                 if since_epoch(Instant::now()) >= memory.recheck_at.load(Acquire) {
                     self.recheck_in_background();

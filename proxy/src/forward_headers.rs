@@ -18,6 +18,8 @@ use crate::refusal::WeirError;
 
 const KEEP_ALIVE: HeaderName = HeaderName::from_static("keep-alive");
 const PROXY_CONNECTION: HeaderName = HeaderName::from_static("proxy-connection");
+/// A header named like the `close` connection option (removed with it, as any listed name).
+const CLOSE: HeaderName = HeaderName::from_static("close");
 
 /// Prepares a request's headers for the next hop. `remaining` is what is left of the
 /// caller's budget: the next hop gets that, not the budget the request arrived with
@@ -28,11 +30,13 @@ pub(crate) fn prepare_request(
     remaining: Duration,
     timeout_header: &HeaderName,
 ) {
-    strip_hop_by_hop(headers);
+    let present = strip(headers, 0);
     // weir answers `Expect: 100-continue` itself (when it starts reading the body).
-    headers.remove(EXPECT);
+    if present & Head::EXPECT != 0 {
+        headers.remove(EXPECT);
+    }
     // One value (`Content-Length: 5,5` was accepted as 5): the length weir will send.
-    if headers.contains_key(CONTENT_LENGTH) {
+    if present & Head::CONTENT_LENGTH != 0 && headers.contains_key(CONTENT_LENGTH) {
         match body.size_hint().exact() {
             Some(n) => {
                 headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
@@ -46,7 +50,7 @@ pub(crate) fn prepare_request(
     if let Ok(v) = HeaderValue::from_bytes(deadline::format_ms(remaining, &mut buf)) {
         headers.insert(timeout_header.clone(), v);
     }
-    if headers.contains_key(GRPC_TIMEOUT) {
+    if present & Head::GRPC_TIMEOUT != 0 && headers.contains_key(GRPC_TIMEOUT) {
         if let Ok(v) = HeaderValue::from_bytes(deadline::format_grpc_ms(remaining, &mut buf)) {
             headers.insert(GRPC_TIMEOUT, v);
         }
@@ -60,14 +64,16 @@ pub(crate) fn prepare_request(
 /// `Connection: x-business-priority`. `Err` is the status to answer with; the request is
 /// not forwarded.
 pub(crate) fn check_request_head(parts: &mut http::request::Parts) -> Result<(), WeirError> {
-    if has_unsupported_transfer_coding(&parts.headers) {
+    let present = Head::of(&parts.headers);
+    if present & Head::TRANSFER_ENCODING != 0 && has_unsupported_transfer_coding(&parts.headers) {
         return Err(WeirError::UnsupportedTransferCoding);
     }
     one_authority(parts).map_err(|why| {
         tracing::debug!(why, "request refused: its authority is ambiguous");
         WeirError::AmbiguousAuthority
     })?;
-    strip_hop_by_hop(&mut parts.headers);
+    // (`one_authority` touches `Host` alone, none of the names the bits stand for.)
+    strip_known(&mut parts.headers, present, 0);
     Ok(())
 }
 
@@ -148,48 +154,135 @@ fn has_unsupported_transfer_coding(headers: &HeaderMap) -> bool {
 
 /// A response's headers for the previous hop: framing is that connection's business.
 pub(crate) fn clean_response(headers: &mut HeaderMap) {
-    strip_hop_by_hop(headers);
-    headers.remove(PROXY_AUTHENTICATE);
+    strip(headers, Head::PROXY_AUTHENTICATE);
 }
 
-/// Removes the headers that describe one connection, not the message (RFC 9110 7.6.1).
-/// `te: trailers` stays: gRPC needs it end to end; so does `Host`, whatever `Connection`
-/// lists (it names the request's authority, never a connection option).
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    // Most heads carry none of them: one pass over the names (a comparison each) instead
-    // of six hashed lookups, three times per request.
-    if !headers.keys().any(is_hop_by_hop_name) {
-        return;
+/// Which of the names these rules look at a head carries, as bits: the fixed hop-by-hop
+/// names, and the few that [`prepare_request`] rewrites.
+struct Head;
+
+impl Head {
+    const CONNECTION: u16 = 1;
+    const KEEP_ALIVE: u16 = 1 << 1;
+    const PROXY_CONNECTION: u16 = 1 << 2;
+    const TRANSFER_ENCODING: u16 = 1 << 3;
+    const UPGRADE: u16 = 1 << 4;
+    const TE: u16 = 1 << 5;
+    const PROXY_AUTHENTICATE: u16 = 1 << 6;
+    const EXPECT: u16 = 1 << 7;
+    const CONTENT_LENGTH: u16 = 1 << 8;
+    const GRPC_TIMEOUT: u16 = 1 << 9;
+    /// The hop-by-hop names (`proxy-authenticate` only for a response).
+    const HOP_BY_HOP: u16 = Self::CONNECTION
+        | Self::KEEP_ALIVE
+        | Self::PROXY_CONNECTION
+        | Self::TRANSFER_ENCODING
+        | Self::UPGRADE
+        | Self::TE;
+
+    /// The bits of the names `headers` carries.
+    fn of(headers: &HeaderMap) -> u16 {
+        headers.keys().fold(0, |bits, name| bits | Self::bit(name))
     }
-    if headers.contains_key(CONNECTION) {
-        let listed: Vec<HeaderValue> = headers.get_all(CONNECTION).iter().cloned().collect();
-        headers.remove(CONNECTION);
-        for value in &listed {
-            let Ok(names) = value.to_str() else { continue };
-            for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-                if !name.eq_ignore_ascii_case("te") && !name.eq_ignore_ascii_case("host") {
-                    headers.remove(name);
-                }
-            }
+
+    /// The bit of `name` (0: none of them). By length first: most names are none of them
+    /// and cost one comparison.
+    fn bit(name: &HeaderName) -> u16 {
+        let name = name.as_str();
+        match name.len() {
+            2 if name == "te" => Self::TE,
+            6 if name == "expect" => Self::EXPECT,
+            7 if name == "upgrade" => Self::UPGRADE,
+            10 if name == "connection" => Self::CONNECTION,
+            10 if name == "keep-alive" => Self::KEEP_ALIVE,
+            12 if name == "grpc-timeout" => Self::GRPC_TIMEOUT,
+            14 if name == "content-length" => Self::CONTENT_LENGTH,
+            16 if name == "proxy-connection" => Self::PROXY_CONNECTION,
+            17 if name == "transfer-encoding" => Self::TRANSFER_ENCODING,
+            18 if name == "proxy-authenticate" => Self::PROXY_AUTHENTICATE,
+            _ => 0,
         }
     }
-    for name in [KEEP_ALIVE, PROXY_CONNECTION, TRANSFER_ENCODING, UPGRADE] {
-        headers.remove(name);
-    }
-    if headers.get(TE).is_some_and(|te| te.as_bytes() != b"trailers") {
-        headers.remove(TE);
-    }
 }
 
-/// Whether `strip_hop_by_hop` has anything to look at for a head with this name (`te` is
-/// looked at, and kept when it says `trailers`).
-fn is_hop_by_hop_name(name: &HeaderName) -> bool {
-    *name == CONNECTION
-        || *name == KEEP_ALIVE
-        || *name == PROXY_CONNECTION
-        || *name == TRANSFER_ENCODING
-        || *name == UPGRADE
-        || *name == TE
+/// Removes the headers that describe one connection, not the message (RFC 9110 7.6.1),
+/// and the names in `also` (bits of [`Head`]). `te: trailers` stays: gRPC needs it end to
+/// end; so does `Host`, whatever `Connection` lists (it names the request's authority,
+/// never a connection option). Returns the bits of the names the head may still carry (all
+/// of them when `Connection` listed names of its own: what those removed is not known).
+///
+/// Most heads carry none of them, and most of the rest only `Connection: keep-alive` (or
+/// `close`): one pass over the names (a comparison each) says which are there, and only
+/// those are removed; a `Connection` that lists nothing but options removed anyway, or
+/// `close`, needs no copy of its values and no lookup by a name parsed from them.
+fn strip(headers: &mut HeaderMap, also: u16) -> u16 {
+    let present = Head::of(headers);
+    strip_known(headers, present, also)
+}
+
+/// [`strip`], with the head's bits already known.
+fn strip_known(headers: &mut HeaderMap, mut present: u16, also: u16) -> u16 {
+    if present & (Head::HOP_BY_HOP | also) == 0 {
+        return present;
+    }
+    if present & Head::CONNECTION != 0 {
+        let mut close = false;
+        let plain = headers.get_all(CONNECTION).iter().all(|value| {
+            value.as_bytes().split(|&b| b == b',').map(<[u8]>::trim_ascii).all(|option| {
+                let is_close = option.eq_ignore_ascii_case(b"close");
+                close |= is_close;
+                option.is_empty() || is_close || removed_anyway(option)
+            })
+        });
+        if plain {
+            headers.remove(CONNECTION);
+            if close {
+                headers.remove(CLOSE);
+            }
+        } else {
+            let listed: Vec<HeaderValue> = headers.get_all(CONNECTION).iter().cloned().collect();
+            headers.remove(CONNECTION);
+            for value in &listed {
+                let Ok(names) = value.to_str() else { continue };
+                for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+                    if !name.eq_ignore_ascii_case("te") && !name.eq_ignore_ascii_case("host") {
+                        headers.remove(name);
+                    }
+                }
+            }
+            // What the listed names took is not known: anything may be left.
+            present = !0;
+        }
+        present &= !Head::CONNECTION;
+    }
+    let fixed = [
+        (Head::KEEP_ALIVE, KEEP_ALIVE),
+        (Head::PROXY_CONNECTION, PROXY_CONNECTION),
+        (Head::TRANSFER_ENCODING, TRANSFER_ENCODING),
+        (Head::UPGRADE, UPGRADE),
+    ];
+    for (bit, name) in fixed {
+        if present & bit != 0 {
+            headers.remove(name);
+            present &= !bit;
+        }
+    }
+    if present & Head::TE != 0 && headers.get(TE).is_some_and(|te| te.as_bytes() != b"trailers") {
+        headers.remove(TE);
+    }
+    if present & also & Head::PROXY_AUTHENTICATE != 0 {
+        headers.remove(PROXY_AUTHENTICATE);
+        present &= !Head::PROXY_AUTHENTICATE;
+    }
+    present
+}
+
+/// A connection option whose header the fixed list removes or keeps on its own rules
+/// (`te`: kept when it says `trailers`; `host`: never removed).
+fn removed_anyway(option: &[u8]) -> bool {
+    [&b"keep-alive"[..], b"te", b"host", b"upgrade", b"transfer-encoding", b"proxy-connection"]
+        .iter()
+        .any(|fixed| option.eq_ignore_ascii_case(fixed))
 }
 
 #[cfg(test)]
@@ -268,5 +361,37 @@ mod tests {
         assert!(p.headers.get("x-business-priority").is_none());
         assert!(p.headers.get(CONNECTION).is_none());
         assert_eq!(p.headers[HOST], "a.example");
+    }
+
+    #[test]
+    fn a_response_loses_its_hop_by_hop_headers_whatever_connection_lists() {
+        let response = |connection: &str| {
+            let mut h = HeaderMap::new();
+            for (name, value) in [
+                ("content-type", "text/plain"),
+                ("connection", connection),
+                ("keep-alive", "timeout=5"),
+                ("close", "1"),
+                ("x-listed", "1"),
+                ("te", "trailers"),
+                ("proxy-authenticate", "Basic"),
+            ] {
+                h.append(HeaderName::from_static(name), HeaderValue::from_str(value).unwrap());
+            }
+            clean_response(&mut h);
+            let mut names: Vec<_> = h.keys().map(|n| n.as_str().to_owned()).collect();
+            names.sort();
+            names
+        };
+        // Only options removed anyway (the cheap path), `close` among them.
+        assert_eq!(response("keep-alive"), ["close", "content-type", "te", "x-listed"]);
+        assert_eq!(response("Close, TE"), ["content-type", "te", "x-listed"]);
+        // A listed name of its own.
+        assert_eq!(response("keep-alive, x-listed"), ["close", "content-type", "te"]);
+        // Nothing hop-by-hop at all: untouched.
+        let mut plain = HeaderMap::new();
+        plain.insert(HOST, HeaderValue::from_static("a"));
+        clean_response(&mut plain);
+        assert_eq!(plain.len(), 1);
     }
 }

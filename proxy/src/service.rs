@@ -468,7 +468,11 @@ impl<A: AppClient> Inbound<A> {
             remaining,
             &self.timeout_header,
         );
-        let sent = tokio::time::timeout_at(deadline, self.app.send(protocol, req)).await;
+        // One timer for the head and a small body alike: registered once, not twice.
+        let mut budget = std::pin::pin!(tokio::time::sleep_until(deadline));
+        // Boxed: the client's future is the largest part of this one, which is built and
+        // moved by every layer above it on each request; a pointer is cheaper to carry.
+        let sent = within(budget.as_mut(), Box::pin(self.app.send(protocol, req))).await;
         let crate::app_client::Exchange { response, lease } = match sent {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
@@ -502,7 +506,7 @@ impl<A: AppClient> Inbound<A> {
             return Response::from_parts(head, ResponseBody::empty());
         }
         if body.size_hint().exact().is_some_and(|n| n <= BUFFER_LIMIT) {
-            return match tokio::time::timeout_at(deadline, crate::body::read_whole(body)).await {
+            return match within(budget.as_mut(), crate::body::read_whole(body)).await {
                 Ok(Ok((data, trailers))) => {
                     exchange.done();
                     lease.reusable();
@@ -548,6 +552,19 @@ impl<A: AppClient> Inbound<A> {
             },
         );
         Response::from_parts(head, body.watched())
+    }
+}
+
+/// `work`'s output, or `Err` once `budget` has elapsed (`work` is polled first, as
+/// `tokio::time::timeout` does, so what is ready at the deadline still counts).
+async fn within<F: Future>(
+    budget: std::pin::Pin<&mut tokio::time::Sleep>,
+    work: F,
+) -> Result<F::Output, ()> {
+    tokio::select! {
+        biased;
+        output = work => Ok(output),
+        () = budget => Err(()),
     }
 }
 
