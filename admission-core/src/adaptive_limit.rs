@@ -36,6 +36,16 @@
 //! - **Refresh.** A limit that has bound throughout for `refresh_every` (the app saturated
 //!   at it) is searched down again until a cut costs throughput, so a baseline measured
 //!   while the app was already queueing (overloaded from the start) is corrected.
+//! - **A healthy queue stays in the app.** While the level refuses nothing, no cut (a
+//!   suspicion's, a search step's) leaves the app less than it completes in its baseline
+//!   time plus `healthy_queue` (the detector's queuing threshold): a queue that short is no
+//!   overload by the detector's own measure, the app serves it in its own order as well as
+//!   the sidecar would, and moved into the sidecar it would read as one (a closed loop of
+//!   320 streams on a 30 us app holds ~10 ms of queue: in the sidecar, on a busy machine,
+//!   it crossed 20 ms and the level cut a healthy app). For an app of many milliseconds
+//!   this is about what a suspicion's cut leaves anyway; for a fast app it is the ceiling.
+//!   Once the level refuses, the cuts go to the knee as below, so the priority order
+//!   applies to an overload's queue.
 //! - **The floor** is the most the app held at once in an interval whose own time did not
 //!   rise, nor in the next one (latency lags concurrency), over the horizon (and at least
 //!   `floor`): a suspicion never cuts below it.
@@ -82,6 +92,10 @@ pub struct AdaptiveLimitConfig {
     pub rate_tolerance: f64,
     /// A limit that has bound throughout this long is searched down to the knee again.
     pub refresh_every: Duration,
+    /// While the level refuses nothing, a cut leaves the app at least what it completes in
+    /// its baseline time plus this (its own queue of up to this long stays in it): the
+    /// queuing threshold of the overload detector (`admission.queuing_threshold`).
+    pub healthy_queue: Duration,
 }
 
 impl Default for AdaptiveLimitConfig {
@@ -99,6 +113,7 @@ impl Default for AdaptiveLimitConfig {
             growth: 0.25,
             rate_tolerance: 0.1,
             refresh_every: Duration::from_secs(5),
+            healthy_queue: Duration::from_millis(20),
         }
     }
 }
@@ -325,10 +340,12 @@ impl AdaptiveLimit {
     /// The timer's look at the app: `held` requests there now. An app that answers nothing
     /// for a while (eight baseline times, and at least `STALL_MIN`) while requests pile up
     /// in it (at least `STALL_PILE` and twice what it held at its last answer) has
-    /// stalled: more concurrency adds only waiting. The limit drops to its floor, so the
-    /// queue (and the stall) shows in the sidecar and a slot freed by a caller who gave up
-    /// does not feed the stalled app more work nobody waits for; the first answer lifts the
-    /// freeze.
+    /// stalled: more concurrency adds only waiting. The limit drops to what the app holds,
+    /// so the queue (and the stall) shows in the sidecar and a slot freed by a caller who
+    /// gave up does not feed the stalled app more work nobody waits for; the first answer
+    /// lifts the freeze. (Not to the configured floor: the effect is the same while nothing
+    /// is answered, and a limit of 1 would read, in the status and the metrics, as if the
+    /// app's concurrency need were 1.)
     pub fn observe_held(&mut self, now: Nanos, held: usize) {
         if !self.adapts() || self.frozen_from.is_some() {
             return;
@@ -338,7 +355,7 @@ impl AdaptiveLimit {
         if piled && now.saturating_sub(self.last_answer) >= quiet && held < self.limit {
             self.frozen_from = Some(self.limit);
             self.trial = None;
-            self.limit = self.cfg.floor;
+            self.limit = held.max(self.cfg.floor);
             self.changed_at = now;
         }
     }
@@ -525,14 +542,14 @@ impl AdaptiveLimit {
             let target = (served.ceil() as usize).max(self.cfg.floor);
             let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
             if target < self.limit && (target as f64) < held {
-                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+                let _ = self.start_trial(now, self.limit, mean, held, ref_rate, target);
                 return;
             }
             // The baseline says the app serves all it holds, yet it queues: the baseline
             // was measured queued (an app overloaded from the start). Search down.
             let target = (self.limit as f64 * SEARCH_STEP).floor() as usize;
             if target >= self.cfg.floor && target < self.limit {
-                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+                let _ = self.start_trial(now, self.limit, mean, held, ref_rate, target);
                 self.set_trial(|t| t.to_the_knee = true);
                 return;
             }
@@ -547,7 +564,7 @@ impl AdaptiveLimit {
             let target = (self.limit as f64 * SEARCH_STEP).floor() as usize;
             if target >= self.cfg.floor && target < self.limit {
                 let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
-                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+                let _ = self.start_trial(now, self.limit, mean, held, ref_rate, target);
                 self.set_trial(|t| t.to_the_knee = true);
                 self.loose = None;
                 return;
@@ -574,8 +591,10 @@ impl AdaptiveLimit {
             // experiment. (What it holds now: Little's average over the interval lags a
             // growing backlog.)
             let holds = held.max(self.held_at_answer as f64);
-            if target < self.limit && (target as f64) <= holds - (holds / 10.0).max(1.0) {
-                self.start_trial(now, self.limit, mean, held, ref_rate, target);
+            if target < self.limit
+                && (target as f64) <= holds - (holds / 10.0).max(1.0)
+                && self.start_trial(now, self.limit, mean, held, ref_rate, target)
+            {
                 self.loose = loose.then_some(now);
             }
         } else if known && clean && full && self.limit < self.cfg.ceiling {
@@ -594,8 +613,16 @@ impl AdaptiveLimit {
         before_held: f64,
         ref_rate: f64,
         target: usize,
-    ) {
-        let target = target.clamp(self.cfg.floor, self.cfg.ceiling);
+    ) -> bool {
+        let mut target = target.clamp(self.cfg.floor, self.cfg.ceiling);
+        if !self.refusing {
+            // Nothing refused: the app keeps a queue the detector calls healthy (moved into
+            // the sidecar, it would read as an overload, and no priority order is needed).
+            target = target.max(self.healthy(now));
+            if target >= self.limit {
+                return false;
+            }
+        }
         self.trial = Some(Trial {
             until: now + patience(before_mean),
             search_from,
@@ -612,6 +639,7 @@ impl AdaptiveLimit {
         });
         self.cuts += 1;
         self.limit = target;
+        true
     }
 
     fn set_trial(&mut self, f: impl FnOnce(&mut Trial)) {
@@ -704,7 +732,7 @@ impl AdaptiveLimit {
         });
         if t.to_the_knee && next < t.target {
             let ref_rate = t.ref_rate.max(rate);
-            self.start_trial(now, t.search_from, after, t.target as f64, ref_rate, next);
+            let _ = self.start_trial(now, t.search_from, after, t.target as f64, ref_rate, next);
             self.set_trial(|n| {
                 n.prev = t.target;
                 n.to_the_knee = true;
@@ -740,6 +768,16 @@ impl AdaptiveLimit {
             ..Record::default()
         });
         self.limit = limit.clamp(self.cfg.floor, self.cfg.ceiling);
+    }
+
+    /// What the app completes (at its recent rate, and at least at the rate a trial started
+    /// from) in its baseline own time plus the healthy queue: the least a cut leaves it while
+    /// the level refuses nothing. (Not from the mean own time: a slower app must never be
+    /// left more.)
+    fn healthy(&self, now: Nanos) -> usize {
+        let rate = self.recent_rate(now, 0).max(self.trial.map_or(0.0, |t| t.ref_rate));
+        let span = self.baseline() as f64 + self.cfg.healthy_queue.as_nanos() as f64;
+        ((rate * span / 1e9).ceil() as usize).clamp(self.cfg.floor, self.cfg.ceiling)
     }
 
     fn remember_baseline(&mut self, now: Nanos, own: f64) {

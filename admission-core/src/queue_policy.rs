@@ -12,18 +12,29 @@
 //! behind an open level keeps its waiters for their budgets: their timers must not cost
 //! more than a few wake-ups each), never past the give-up instant.
 //!
-//! The service order ([`serve_next`]): while the level binds, the most important waiter
-//! first (FIFO within one compound level), so an overload's backlog is the least important
-//! class's. While it does not (a burst, a hiccup: nobody is being refused), a waiter whose
-//! budget is running out is *urgent*: its give-up instant is within the urgency horizon
-//! ([`QueuePolicy::urgent_until`], a quarter of the task timeout past the app's typical
-//! time). Urgent waiters go first, most important first among them; the rest wait in
-//! priority order. So a less important waiter is served ahead of a more important one only
-//! while the more important one has more than the horizon of slack left, and once a
-//! waiter is urgent nothing less important is served before it: the rule never delays a
-//! more important waiter past its own give-up. In a burst, the least important waiters,
-//! passed over by every more important arrival, are served within the last horizon of their
-//! budget instead of being given up (a FIFO would have served them all).
+//! The service order ([`serve_next`], [`Service`]): while the level binds, the most important
+//! waiter first (FIFO within one compound level), so an overload's backlog is the least
+//! important class's. While it does not (a burst, a hiccup: nobody is being refused):
+//!
+//! - **A short queue is FIFO.** While the queue drains, at the app's completion rate, within
+//!   half the task timeout less the app's typical time ([`QueuePolicy::fifo_depth`]), the
+//!   oldest waiter goes first, as in the app's own queue: everybody in it is served well
+//!   within their budget whatever the order, so a priority order would only stretch the
+//!   least important class's tail (a 1.5x burst of 500 ms on a healthy app: served within
+//!   ~250 ms by a FIFO, at ~375 ms by priority plus the urgent tier). Half the budget leaves
+//!   room for a completion rate that is overestimated (it is the generous one the door
+//!   uses) before anyone's wait nears its budget.
+//! - **A longer queue is served by priority, the urgent first.** A waiter whose budget is
+//!   running out is *urgent*: its give-up instant is within the urgency horizon
+//!   ([`QueuePolicy::urgent_until`], a quarter of the task timeout past the app's typical
+//!   time). Urgent waiters go first, most important first among them; the rest wait in
+//!   priority order. So a less important waiter is served ahead of a more important one
+//!   only while the more important one has more than the horizon of slack left, and once a
+//!   waiter is urgent nothing less important is served before it: the rule never delays a
+//!   more important waiter past its own give-up. In a long burst (or an overload the level
+//!   has not cut yet) the most important class is served first, and the least important
+//!   waiters, passed over by every more important arrival, are served within the last
+//!   horizon of their budget instead of being given up.
 
 use std::time::Duration;
 
@@ -48,6 +59,10 @@ const RECHECK_DIVISOR: u64 = 8;
 /// of priority order, so an overload the level has not cut yet still serves the most
 /// important class first for its first ~370 ms of waiting.
 const URGENCY_DIVISOR: u64 = 4;
+
+/// While the level does not bind, the queue is FIFO as long as it drains within this
+/// fraction of the task timeout (less the app's typical time): see the module's comment.
+const FIFO_DIVISOR: u64 = 2;
 
 /// The sidecar's settings the policy needs, built once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,6 +146,10 @@ pub trait ServiceOrder {
     type Instant: Copy + Ord;
     /// What serving a waiter yields (the simulator's request, the proxy's waker).
     type Served;
+    /// Waiters in both tiers.
+    fn waiting(&self) -> usize;
+    /// Serves the waiter that joined first, whatever its tier and priority.
+    fn pop_oldest(&mut self) -> Option<Self::Served>;
     /// Moves every waiter whose expiry ([`QueuePolicy::expiry`]) is before `until` to the
     /// urgent tier. Amortised O(log n) per waiter: each moves once.
     fn promote_expiring_before(&mut self, until: Self::Instant);
@@ -140,13 +159,31 @@ pub trait ServiceOrder {
     fn pop_most_important(&mut self) -> Option<Self::Served>;
 }
 
-/// The service order: who gets the next free slot. `urgent_until` is
-/// [`QueuePolicy::urgent_until`] on the queue's clock: `None` while the level binds, which
-/// serves in priority order across both tiers, exactly as a queue without tiers would.
+/// The service order's inputs now ([`QueuePolicy::service`]), on the queue's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Service<I> {
+    /// A waiter whose expiry is before this is urgent; `None` while the level binds, which
+    /// serves in priority order across both tiers, exactly as a queue without tiers would.
+    pub urgent_until: Option<I>,
+    /// While at most this many wait, the oldest is served first (zero while the level
+    /// binds).
+    pub fifo_up_to: usize,
+}
+
+impl<I> Service<I> {
+    /// Priority order only (the level binds).
+    pub const PRIORITY: Service<I> = Service { urgent_until: None, fifo_up_to: 0 };
+}
+
+/// The service order: who gets the next free slot (see the module's comment).
 pub fn serve_next<Q: ServiceOrder>(
-    urgent_until: Option<Q::Instant>,
+    service: Service<Q::Instant>,
     queue: &mut Q,
 ) -> Option<Q::Served> {
+    let Service { urgent_until, fifo_up_to } = service;
+    if fifo_up_to > 0 && queue.waiting() <= fifo_up_to {
+        return queue.pop_oldest();
+    }
     match urgent_until {
         Some(until) => {
             queue.promote_expiring_before(until);
@@ -252,6 +289,29 @@ impl QueuePolicy {
     /// urgent. `None` while the level binds.
     pub fn urgent_until(&self, at: &Conditions) -> Option<Nanos> {
         self.urgency_horizon(at).map(|h| at.now.saturating_add(h))
+    }
+
+    /// How many waiters the queue serves oldest first: as many as the app completes, at
+    /// `completion_rate` per second, in half the task timeout less its typical time. Zero
+    /// while the level binds (priority order only) or while the rate is unknown.
+    pub fn fifo_depth(&self, at: &Conditions, completion_rate: Option<f64>) -> usize {
+        if at.level_binds {
+            return 0;
+        }
+        let Some(rate) = completion_rate.filter(|r| r.is_finite() && *r > 0.0) else {
+            return 0;
+        };
+        let span = (self.task_timeout / FIFO_DIVISOR).saturating_sub(at.typical_app);
+        // (Saturating: an absurd rate gives an unbounded depth, which is FIFO always.)
+        (rate * span as f64 / 1e9).floor().min(usize::MAX as f64) as usize
+    }
+
+    /// [`serve_next`]'s inputs now, on the policy's clock.
+    pub fn service(&self, at: &Conditions, completion_rate: Option<f64>) -> Service<Nanos> {
+        Service {
+            urgent_until: self.urgent_until(at),
+            fifo_up_to: self.fifo_depth(at, completion_rate),
+        }
     }
 
     /// The gate's inputs for `w` now, with nothing about the queue looked up.

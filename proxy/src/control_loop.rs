@@ -24,10 +24,12 @@ pub struct ControlLoop {
 
 impl ControlLoop {
     /// `ceiling` is `inbound.max_inflight`; with `adaptive` off the limit stays there.
-    pub fn new(ceiling: usize, adaptive: bool, now: u64) -> Self {
+    /// `healthy_queue` is the detector's queuing threshold (`admission.queuing_threshold`):
+    /// while nothing is refused, the app keeps a queue that short.
+    pub fn new(ceiling: usize, adaptive: bool, healthy_queue: Duration, now: u64) -> Self {
         let limit = if adaptive {
             AdaptiveLimit::new(
-                AdaptiveLimitConfig { ceiling, ..AdaptiveLimitConfig::default() },
+                AdaptiveLimitConfig { ceiling, healthy_queue, ..AdaptiveLimitConfig::default() },
                 now,
             )
         } else {

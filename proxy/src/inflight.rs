@@ -4,11 +4,13 @@
 //! evicting its least important waiter if that one is less important than the newcomer.
 //! During a load step, before the admission level has cut, this keeps the most important
 //! class from waiting (and timing out) behind the backlog of everyone else. While the level
-//! does not bind, a waiter whose budget is about to run out is urgent and served first
-//! (the queue policy's service order,
+//! does not bind, a short queue (one the app drains well within the budget) is served
+//! oldest first, as the app's own queue would, and in a longer one a waiter whose budget is
+//! about to run out is urgent and served first (the queue policy's service order,
 //! [`serve_next`](admission_core::queue_policy::serve_next)): a burst on a healthy app
-//! does not starve its least important waiters into giving up. The sidecar sets the
-//! urgency horizon ([`InflightLimit::set_urgency_horizon`]) from the policy as it goes.
+//! neither stretches its least important waiters' tail nor starves them into giving up. The
+//! sidecar sets the urgency horizon ([`InflightLimit::set_urgency_horizon`]) and the FIFO
+//! depth ([`InflightLimit::set_fifo_depth`]) from the policy as it goes.
 //!
 //! The order does not change the mean wait: the queue is work-conserving (a slot never
 //! idles while someone waits), so the mean queuing time the detector averages is the same
@@ -35,6 +37,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
+use admission_core::queue_policy::Service;
 use admission_core::Priority;
 
 use waiting::{Outcome, Ticket, Waiting};
@@ -57,6 +60,9 @@ pub struct InflightLimit {
     /// The urgency horizon in nanoseconds plus one; zero: none (the level binds, or nobody
     /// set one), priority order only.
     urgency: AtomicU64,
+    /// While at most this many wait, the oldest is served first (zero: never; the queue
+    /// policy's [`fifo_depth`](admission_core::queue_policy::QueuePolicy::fifo_depth)).
+    fifo_up_to: AtomicUsize,
     state: Mutex<State>,
 }
 
@@ -92,6 +98,7 @@ impl InflightLimit {
             ceiling: AtomicUsize::new(max_inflight.max(1)),
             waiters: AtomicUsize::new(0),
             urgency: AtomicU64::new(0),
+            fifo_up_to: AtomicUsize::new(0),
             state: Mutex::new(State { max_queued, waiting: Waiting::default() }),
         })
     }
@@ -114,15 +121,23 @@ impl InflightLimit {
         self.urgency.store(encoded, SeqCst);
     }
 
-    /// The service order's bound now: a waiter whose expiry is before it is urgent.
-    fn urgent_until(&self) -> Option<Instant> {
-        match self.urgency.load(SeqCst) {
+    /// While at most `n` wait, the oldest is served first (the queue policy's
+    /// [`fifo_depth`](admission_core::queue_policy::QueuePolicy::fifo_depth)); zero: never.
+    pub fn set_fifo_depth(&self, n: usize) {
+        self.fifo_up_to.store(n, SeqCst);
+    }
+
+    /// The service order's inputs now: the urgency bound (a waiter whose expiry is before it
+    /// is urgent) and the FIFO depth.
+    fn service(&self) -> Service<Instant> {
+        let urgent_until = match self.urgency.load(SeqCst) {
             0 => None,
             encoded => {
                 let now = tokio::time::Instant::now().into_std();
                 now.checked_add(Duration::from_nanos(encoded - 1))
             }
-        }
+        };
+        Service { urgent_until, fifo_up_to: self.fifo_up_to.load(SeqCst) }
     }
 
     pub fn max_queued(&self) -> usize {
@@ -227,9 +242,9 @@ impl InflightLimit {
     /// Under the lock: grants free slots to the next waiters in the service order; their
     /// wakers.
     fn grant_locked(&self, state: &mut State, wake: &mut impl Extend<Waker>) {
-        let until = self.urgent_until();
+        let service = self.service();
         while !state.waiting.is_empty() && self.try_take() {
-            if let Some(waker) = state.waiting.grant_next(until) {
+            if let Some(waker) = state.waiting.grant_next(service) {
                 wake.extend(waker);
             }
         }
@@ -242,11 +257,11 @@ impl InflightLimit {
     fn publish_and_grant(&self, state: &mut State) -> Option<Waker> {
         let mut wake: Option<Waker> = None;
         self.waiters.store(state.waiting.len(), SeqCst);
-        let mut until = None;
+        let mut service = None;
         while !state.waiting.is_empty() && self.try_take() {
             // (Read once, and only when a slot is free: most calls grant nothing.)
-            let until = *until.get_or_insert_with(|| self.urgent_until());
-            if let Some(Some(waker)) = state.waiting.grant_next(until) {
+            let service = *service.get_or_insert_with(|| self.service());
+            if let Some(Some(waker)) = state.waiting.grant_next(service) {
                 if let Some(previous) = wake.replace(waker) {
                     previous.wake();
                 }

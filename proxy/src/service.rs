@@ -9,8 +9,8 @@
 //!    table (entry), before a byte of the body is read.
 //! 3. **admission**: below the admission level is refused (enforce) or counted (shadow).
 //! 4. **queue** ([`queue`]): a free in-flight slot, or a wait in the queue policy's service
-//!    order (priority order; while the level does not bind, waiters about to give up
-//!    first); the wait is the queuing time the detector averages. One connection may hold
+//!    order (priority order; while the level does not bind, oldest first while the queue
+//!    is short, else waiters about to give up first); the wait is the queuing time the detector averages. One connection may hold
 //!    at most `max_queued_per_connection` of the waiters. A caller that leaves while queued (h2
 //!    reset, HTTP/1.1 close) drops this future, which leaves the queue.
 //!    Whether it may queue (the door), when its wait ends early (its timer) and whether

@@ -59,6 +59,7 @@ impl Shared {
         let control = ControlLoop::new(
             config.inbound.max_inflight,
             config.inbound.adaptive_inflight,
+            config.admission.queuing_threshold,
             engine.clock().now(),
         );
         let limit = InflightLimit::new(control.limit(), config.inbound.max_queued);

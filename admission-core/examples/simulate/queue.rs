@@ -1,6 +1,6 @@
 //! The simulator's model of the sidecar's pending queue: two tiers (the urgent waiters and
-//! the rest), each most important first, FIFO within one compound level; who is served next
-//! is the queue policy's [`serve_next`]. No I/O and nothing but admission-core, so the
+//! the rest), each most important first, FIFO within one compound level, and the arrival
+//! order across both; who is served next is the queue policy's [`serve_next`]. No I/O and nothing but admission-core, so the
 //! proxy's tests can include it to hold its decisions against the proxy's own queue.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -54,7 +54,8 @@ pub struct Pending {
     pub urgent: BTreeMap<(u16, u64), Request>,
     /// The waiters not yet urgent, soonest expiry first: (expiry, compound, id).
     pub by_expiry: BTreeSet<(u64, u16, u64)>,
-    pub by_age: BTreeSet<(u64, u64)>,
+    /// (arrival, id, compound): the oldest first.
+    pub by_age: BTreeSet<(u64, u64, u16)>,
     pub counts: Fenwick,
 }
 
@@ -62,7 +63,7 @@ impl Pending {
     pub fn push(&mut self, id: u64, r: Request) {
         self.by_priority.insert((r.compound, id), r);
         self.by_expiry.insert((r.expiry, r.compound, id));
-        self.by_age.insert((r.arrival, id));
+        self.by_age.insert((r.arrival, id, r.compound));
         self.counts.add(r.compound, 1);
     }
     pub fn get(&self, key: (u16, u64)) -> Option<&Request> {
@@ -76,7 +77,7 @@ impl Pending {
             }
             None => self.urgent.remove(&key)?,
         };
-        self.by_age.remove(&(r.arrival, key.1));
+        self.by_age.remove(&(r.arrival, key.1, key.0));
         self.counts.add(r.compound, -1);
         Some(r)
     }
@@ -101,7 +102,7 @@ impl Pending {
         self.last_key().is_some_and(|(k, _)| k > c)
     }
     pub fn oldest(&self) -> Option<u64> {
-        self.by_age.iter().next().map(|&(a, _)| a)
+        self.by_age.iter().next().map(|&(a, _, _)| a)
     }
     pub fn len(&self) -> usize {
         self.by_priority.len() + self.urgent.len()
@@ -111,6 +112,15 @@ impl Pending {
 impl ServiceOrder for Pending {
     type Instant = u64;
     type Served = (u64, Request);
+
+    fn waiting(&self) -> usize {
+        self.len()
+    }
+
+    fn pop_oldest(&mut self) -> Option<(u64, Request)> {
+        let &(_, id, compound) = self.by_age.first()?;
+        self.remove((compound, id)).map(|r| (id, r))
+    }
 
     fn promote_expiring_before(&mut self, until: u64) {
         while let Some(&(expiry, compound, id)) = self.by_expiry.first() {

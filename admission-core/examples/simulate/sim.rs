@@ -21,7 +21,9 @@ use std::collections::{BinaryHeap, VecDeque};
 use std::time::Duration;
 
 use admission_core::adaptive_limit::{AdaptiveLimit, AdaptiveLimitConfig};
-use admission_core::queue_policy::{serve_next, Conditions, Door, QueuePolicy, Rates, Step};
+use admission_core::queue_policy::{
+    completion_rate, serve_next, Conditions, Door, QueuePolicy, Rates, Step,
+};
 use admission_core::{
     AdmissionEngine, AdmissionLevel, Decision, EngineConfig, ManualClock, Priority,
     UserPriorityHasher,
@@ -513,9 +515,12 @@ pub fn run(cfg: &SimConfig) -> Summary {
             limit.tick(now);
         }
         // Hand waiting requests to the app while the limit allows, in the policy's order.
-        let urgent_until = policy.urgent_until(&conditions(&engine, now, typical_app));
+        let service = policy.service(
+            &conditions(&engine, now, typical_app),
+            completion_rate(rates(&engine, &limit), typical_app),
+        );
         while inflight < limit.limit() {
-            let Some((id, r)) = serve_next(urgent_until, &mut pending) else { break };
+            let Some((id, r)) = serve_next(service, &mut pending) else { break };
             let waited = now - r.arrival;
             engine.record_queuing(Duration::from_nanos(waited));
             let w = &mut windows[second];

@@ -25,6 +25,9 @@ enum Arrivals {
     Saturated,
     /// Poisson at this many per second.
     Poisson(f64),
+    /// A closed loop of this many clients (each sends its next request on an answer), the
+    /// level refusing nothing: a benchmark client with many streams.
+    Closed(usize),
 }
 
 /// A discrete-event model of the sidecar's slot queue in front of an app of `workers`
@@ -146,6 +149,7 @@ impl Model {
         l.set_refusing(match arrivals {
             Arrivals::Saturated => true,
             Arrivals::Poisson(rate) => rate > capacity,
+            Arrivals::Closed(_) => false,
         });
         let tick_every = 5 * MS;
         let mut next_tick = self.now() + tick_every;
@@ -155,7 +159,7 @@ impl Model {
         loop {
             let next_event = self.events.peek().map_or(u64::MAX, |e| e.0 .0);
             let next_arrival = match arrivals {
-                Arrivals::Saturated => u64::MAX,
+                Arrivals::Saturated | Arrivals::Closed(_) => u64::MAX,
                 Arrivals::Poisson(_) => self.next_arrival,
             };
             let at = next_event.min(next_arrival).min(next_tick);
@@ -192,10 +196,18 @@ impl Model {
                 next_tick += tick_every;
                 l.tick(at);
             }
-            if let Arrivals::Saturated = arrivals {
-                while self.waiting.len() < 4 * self.workers + 8 {
-                    self.arrive();
+            match arrivals {
+                Arrivals::Saturated => {
+                    while self.waiting.len() < 4 * self.workers + 8 {
+                        self.arrive();
+                    }
                 }
+                Arrivals::Closed(clients) => {
+                    while self.waiting.len() + self.own < clients {
+                        self.arrive();
+                    }
+                }
+                Arrivals::Poisson(_) => {}
             }
             self.dispatch(l);
             let limit = l.limit();
@@ -433,8 +445,8 @@ fn probes_up_to_an_app_that_grew() {
     assert!(at.is_some_and(|ms| ms <= 1_000), "reached 16 after {at:?} ms");
 }
 
-/// An app that stops answering while requests pile up in it: the limit drops to its floor
-/// (the queue, and the stall, show in the sidecar; a slot a caller frees by giving up does
+/// An app that stops answering while requests pile up in it: the limit drops to what it
+/// holds (the queue, and the stall, show in the sidecar; a slot a caller frees by giving up does
 /// not feed the stalled app); its first answer lifts that. A single long request in a quiet
 /// app is no stall.
 #[test]
@@ -451,9 +463,9 @@ fn a_stalled_app_is_frozen_until_it_answers() {
     l.observe_held(quiet + 200 * MS, 40);
     assert_eq!(l.limit(), 256, "not quiet for long enough yet");
     l.observe_held(quiet + 300 * MS, 50);
-    assert_eq!(l.limit(), 1, "stalled: frozen");
+    assert_eq!(l.limit(), 50, "stalled: frozen at what it holds");
     l.observe_held(quiet + 400 * MS, 30);
-    assert_eq!(l.limit(), 1);
+    assert_eq!(l.limit(), 50);
     l.on_response(quiet + 500 * MS, Duration::from_millis(400), Duration::ZERO, 30);
     assert_eq!(l.limit(), 256, "answering again");
 }
@@ -503,6 +515,31 @@ proptest! {
             below <= 400 * MS && l.limit() >= workers || l.status().trying,
             "{below} ns below {workers} workers in 4 s, limit {}: {:?} {:?}",
             l.limit(), l.status(), m.limits
+        );
+    }
+
+    /// A healthy queue stays in the app: a closed loop of `clients` whose whole queue the app
+    /// works off within the detector's threshold (its own time at that concurrency at most
+    /// 20 ms), the level refusing nothing, never waits in the sidecar, fast app or slow, and
+    /// the limit never reads below the clients (the app's concurrency need here) once warm.
+    #[test]
+    fn a_healthy_queue_is_never_moved_into_the_sidecar(
+        workers in 1usize..16,
+        service_us in 30u64..5_000,
+        clients in 1usize..256,
+        exp in any::<bool>(),
+        seed in any::<u64>(),
+    ) {
+        // The queue a FIFO app builds: clients / workers services (at most 20 ms).
+        prop_assume!(clients as u64 * service_us <= 20_000 * workers as u64);
+        let service = if exp { Service::Exp(service_us * 1_000) } else { Service::Fixed(service_us * 1_000) };
+        let mut l = adaptive(256);
+        let mut m = Model::new(workers, service, seed);
+        m.run(&mut l, 6_000 * MS, Arrivals::Closed(clients));
+        prop_assert!(
+            m.max_wait == 0 && m.min_limit >= clients,
+            "waited {} ns, limit down to {} for {clients} clients: {:?} {:?}",
+            m.max_wait, m.min_limit, l.status(), m.limits
         );
     }
 

@@ -209,6 +209,13 @@ impl ServiceOrder for Tiers {
     type Instant = u64;
     type Served = Queued;
 
+    fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+    fn pop_oldest(&mut self) -> Option<Queued> {
+        let i = (0..self.waiters.len()).min_by_key(|&i| self.waiters[i].key.1)?;
+        Some(self.waiters.swap_remove(i))
+    }
     fn promote_expiring_before(&mut self, until: u64) {
         for w in &mut self.waiters {
             w.urgent |= w.expiry < until;
@@ -225,8 +232,8 @@ impl ServiceOrder for Tiers {
 /// How a run of the one-server model ended.
 #[derive(Debug, Default)]
 struct Run {
-    /// (served, instant, the waiters still queued then).
-    served: Vec<(Queued, u64, Vec<Queued>)>,
+    /// (served, instant, the waiters still queued then, whether it was a FIFO turn).
+    served: Vec<(Queued, u64, Vec<Queued>, bool)>,
     given_up: Vec<Queued>,
 }
 
@@ -234,7 +241,7 @@ struct Run {
 /// (instant, compound), sorted. Every request's budget is the 500 ms task timeout; the app's
 /// typical time is `service`. A waiter still queued at its give-up instant is given up.
 /// `order`: the service order's bound at a dequeue instant.
-fn serve_all(arrivals: &[(u64, u16)], service: u64, order: impl Fn(u64) -> Option<u64>) -> Run {
+fn serve_all(arrivals: &[(u64, u16)], service: u64, order: impl Fn(u64) -> Service<u64>) -> Run {
     let policy = policy();
     let mut queue = Tiers::default();
     let mut run = Run::default();
@@ -259,19 +266,37 @@ fn serve_all(arrivals: &[(u64, u16)], service: u64, order: impl Fn(u64) -> Optio
         let (gone, kept) = queue.waiters.iter().partition(|w| w.give_up <= now);
         queue.waiters = kept;
         run.given_up.extend::<Vec<Queued>>(gone);
-        if let Some(w) = serve_next(order(now), &mut queue) {
-            run.served.push((w, now, queue.waiters.clone()));
+        let turn = order(now);
+        let fifo = turn.fifo_up_to > 0 && queue.waiters.len() <= turn.fifo_up_to;
+        if let Some(w) = serve_next(turn, &mut queue) {
+            run.served.push((w, now, queue.waiters.clone(), fifo));
             free_at = now + service;
         }
     }
 }
 
-fn not_binding(service: u64) -> impl Fn(u64) -> Option<u64> {
-    move |now| policy().urgent_until(&Conditions { typical_app: service, ..at(now, false) })
+/// The service order while the level does not bind, the app's completion rate known.
+fn not_binding(service: u64) -> impl Fn(u64) -> Service<u64> {
+    let rate = 1e9 / service as f64;
+    move |now| policy().service(&Conditions { typical_app: service, ..at(now, false) }, Some(rate))
 }
 
-fn binding(service: u64) -> impl Fn(u64) -> Option<u64> {
-    move |now| policy().urgent_until(&Conditions { typical_app: service, ..at(now, true) })
+/// The same, without the FIFO turns (the order before them): the urgent tier only.
+fn urgent_tier_only(service: u64) -> impl Fn(u64) -> Service<u64> {
+    move |now| Service {
+        urgent_until: policy().urgent_until(&Conditions { typical_app: service, ..at(now, false) }),
+        fifo_up_to: 0,
+    }
+}
+
+fn binding(service: u64) -> impl Fn(u64) -> Service<u64> {
+    let rate = 1e9 / service as f64;
+    move |now| policy().service(&Conditions { typical_app: service, ..at(now, true) }, Some(rate))
+}
+
+/// The longest wait of a run's served waiters.
+fn max_wait(run: &Run, arrivals: &[(u64, u16)]) -> u64 {
+    run.served.iter().map(|(w, now, _, _)| now - arrivals[w.key.1 as usize].0).max().unwrap_or(0)
 }
 
 /// The longest wait a FIFO queue gives these arrivals on the one-server model.
@@ -310,10 +335,31 @@ fn a_burst_on_a_healthy_app_gives_nobody_up() {
     let arrivals = on_off_bursts();
     let priority_only = serve_all(&arrivals, MS, binding(MS));
     assert!(priority_only.given_up.len() > 50, "{}", priority_only.given_up.len());
-    // The service order serves them in the last quarter of their budget.
+    // The urgent tier alone serves them in the last quarter of their budget...
+    let urgent = serve_all(&arrivals, MS, urgent_tier_only(MS));
+    assert_eq!(urgent.given_up, vec![]);
+    assert!(max_wait(&urgent, &arrivals) > 350 * MS, "{}", max_wait(&urgent, &arrivals));
+    // ...and the service order, FIFO while the queue is short, about as soon as a FIFO
+    // (the queue's peak, a FIFO wait of ~250 ms, is just past the FIFO depth).
     let run = serve_all(&arrivals, MS, not_binding(MS));
     assert_eq!(run.given_up, vec![]);
-    assert!(fifo_max_wait(&arrivals, MS) < 260 * MS);
+    let fifo = fifo_max_wait(&arrivals, MS);
+    assert!(fifo < 260 * MS);
+    assert!(max_wait(&run, &arrivals) <= fifo + 10 * MS, "{} vs {fifo}", max_wait(&run, &arrivals));
+}
+
+#[test]
+fn the_fifo_depth_is_what_the_app_completes_in_half_the_budget_less_its_time() {
+    let c = Conditions { typical_app: 10 * MS, ..at(1_000 * MS, false) };
+    // 800/s x (250 - 10) ms.
+    assert_eq!(policy().fifo_depth(&c, Some(800.0)), 192);
+    assert_eq!(policy().fifo_depth(&c, None), 0);
+    assert_eq!(policy().fifo_depth(&c, Some(f64::NAN)), 0);
+    assert_eq!(policy().fifo_depth(&Conditions { level_binds: true, ..c }, Some(800.0)), 0);
+    // An app slower than half the budget: never FIFO.
+    assert_eq!(policy().fifo_depth(&Conditions { typical_app: 300 * MS, ..c }, Some(800.0)), 0);
+    let s = policy().service(&c, Some(800.0));
+    assert_eq!(s, Service { urgent_until: Some(1_135 * MS), fifo_up_to: 192 });
 }
 
 #[test]
@@ -368,7 +414,7 @@ proptest! {
         let run = serve_all(&arrivals, service, |now| {
             if now < open_until_ms * MS { not_binding(service)(now) } else { binding(service)(now) }
         });
-        for (served, now, left) in &run.served {
+        for (served, now, left, _) in &run.served {
             if *now >= open_until_ms * MS {
                 prop_assert!(left.iter().all(|w| w.key > served.key), "{served:?} at {now}");
             }
@@ -381,21 +427,53 @@ proptest! {
     /// that span by more important waiters only.
     #[test]
     fn the_urgent_are_never_passed_by_the_less_important((arrivals, service) in arrivals()) {
-        let order = not_binding(service);
+        let order = urgent_tier_only(service);
         let run = serve_all(&arrivals, service, &order);
-        for (served, now, left) in &run.served {
-            let until = order(*now).expect("open");
+        for (served, now, left, _) in &run.served {
+            let until = order(*now).urgent_until.expect("open");
             for w in left.iter().filter(|w| w.key < served.key) {
                 prop_assert!(w.expiry >= until, "{w:?} passed by {served:?} at {now}");
             }
         }
         for gone in &run.given_up {
-            for (served, now, _) in &run.served {
+            for (served, now, _, _) in &run.served {
                 let queued = *now >= arrivals[gone.key.1 as usize].0 && *now < gone.give_up;
-                if queued && gone.expiry < order(*now).expect("open") {
+                if queued && gone.expiry < order(*now).urgent_until.expect("open") {
                     prop_assert!(served.key < gone.key, "{gone:?} passed by {served:?} at {now}");
                 }
             }
         }
     }
+
+    /// (c') With the FIFO turns too: a turn that is not FIFO never passes an urgent waiter
+    /// by a less important one; a FIFO turn serves the oldest waiter.
+    #[test]
+    fn each_turn_is_fifo_or_urgent_first((arrivals, service) in arrivals()) {
+        let order = not_binding(service);
+        let run = serve_all(&arrivals, service, &order);
+        for (served, now, left, fifo) in &run.served {
+            if *fifo {
+                prop_assert!(left.iter().all(|w| w.key.1 > served.key.1), "{served:?} at {now}");
+                continue;
+            }
+            let until = order(*now).urgent_until.expect("open");
+            for w in left.iter().filter(|w| w.key < served.key) {
+                prop_assert!(w.expiry >= until, "{w:?} passed by {served:?} at {now}");
+            }
+        }
+    }
+
+    /// (d) With the level open, a burst a FIFO drains within the FIFO share of the budget is
+    /// served in arrival order, whatever the priorities: its waits are the app's own queue's.
+    #[test]
+    fn with_the_level_open_a_short_queue_is_served_in_arrival_order((arrivals, service) in arrivals()) {
+        // The deepest queue a FIFO builds, in waits: under the FIFO depth's span.
+        prop_assume!(fifo_max_wait(&arrivals, service) + 2 * service < 250 * MS - service);
+        let run = serve_all(&arrivals, service, not_binding(service));
+        prop_assert_eq!(&run.given_up, &vec![]);
+        let order: Vec<u64> = run.served.iter().map(|(w, ..)| w.key.1).collect();
+        prop_assert!(order.windows(2).all(|p| p[0] < p[1]), "{order:?}");
+        prop_assert_eq!(max_wait(&run, &arrivals), fifo_max_wait(&arrivals, service));
+    }
+
 }

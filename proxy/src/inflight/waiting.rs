@@ -1,8 +1,9 @@
 //! The requests waiting for a slot, in two tiers: the urgent waiters (their budget is
 //! running out) and the rest, each ordered most important first and, within one compound
-//! priority, oldest first. Who is granted next is the queue policy's
-//! [`serve_next`](admission_core::queue_policy::serve_next): the urgent tier first while the
-//! level does not bind, the most important of both tiers while it does. Entries live in a
+//! priority, oldest first; and all of them in arrival order. Who is granted next is the
+//! queue policy's [`serve_next`](admission_core::queue_policy::serve_next): while the level
+//! does not bind, the oldest while the queue is short, else the urgent tier first; the most
+//! important of both tiers while it binds. Entries live in a
 //! slab indexed by ticket so a waiter finds its own entry (to learn it was granted or
 //! evicted, or to leave) without searching; the slab and its free list are reused, so a
 //! steady queue allocates only when it reaches a new depth.
@@ -11,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::task::{Context, Poll, Waker};
 use std::time::Instant;
 
-use admission_core::queue_policy::ServiceOrder;
+use admission_core::queue_policy::{Service, ServiceOrder};
 use admission_core::Priority;
 
 /// A waiter's handle on its entry.
@@ -35,6 +36,10 @@ pub(super) struct Waiting {
     urgent: BTreeMap<Key, usize>,
     /// The waiters in `order` that have an expiry, soonest first.
     by_expiry: BTreeSet<(Instant, Key)>,
+    /// Every waiter, both tiers: arrival order (`seq`) to its compound priority. (Whatever
+    /// leaves a tier leaves this too: a grant counts its slot before it pops, so a stale
+    /// entry here would leak a slot.)
+    by_arrival: BTreeMap<u64, u16>,
     entries: Vec<Entry>,
     vacant: Vec<usize>,
     next_seq: u64,
@@ -81,17 +86,18 @@ impl Waiting {
             }
         };
         self.order.insert(key, index);
+        self.by_arrival.insert(key.seq, key.priority);
         if let Some(expiry) = expiry {
             self.by_expiry.insert((expiry, key));
         }
         Ticket(index)
     }
 
-    /// When the longest-waiting request joined (arrival order is `seq` order). Walks the
-    /// queue: called from the 50 ms timer, on a queue of at most `max_queued`.
+    /// When the longest-waiting request joined (arrival order is `seq` order).
     pub(super) fn oldest_since(&self) -> Option<Instant> {
-        let (_, &index) =
-            self.order.iter().chain(self.urgent.iter()).min_by_key(|(key, _)| key.seq)?;
+        let (&seq, &priority) = self.by_arrival.first_key_value()?;
+        let key = Key { priority, seq };
+        let &index = self.order.get(&key).or_else(|| self.urgent.get(&key))?;
         match self.entries[index] {
             Entry::Waiting { since, .. } => Some(since),
             Entry::Done(_) | Entry::Vacant => None,
@@ -129,6 +135,7 @@ impl Waiting {
 
     /// Takes `key` out of whichever tier holds it (and the expiry index); its slab index.
     fn unlink(&mut self, key: Key) -> Option<usize> {
+        self.by_arrival.remove(&key.seq);
         if let Some(index) = self.order.remove(&key) {
             if let Entry::Waiting { expiry: Some(expiry), .. } = self.entries[index] {
                 self.by_expiry.remove(&(expiry, key));
@@ -138,11 +145,11 @@ impl Waiting {
         self.urgent.remove(&key)
     }
 
-    /// Grants the next waiter in the policy's order (`urgent_until`: see
+    /// Grants the next waiter in the policy's order (`service`: see
     /// [`serve_next`](admission_core::queue_policy::serve_next)); the caller counts it in
     /// flight. Its waker to wake.
-    pub(super) fn grant_next(&mut self, urgent_until: Option<Instant>) -> Option<Option<Waker>> {
-        admission_core::queue_policy::serve_next(urgent_until, self)
+    pub(super) fn grant_next(&mut self, service: Service<Instant>) -> Option<Option<Waker>> {
+        admission_core::queue_policy::serve_next(service, self)
             .map(|index| self.finish(index, Outcome::Granted))
     }
 
@@ -212,6 +219,15 @@ impl ServiceOrder for Waiting {
     type Instant = Instant;
     type Served = usize;
 
+    fn waiting(&self) -> usize {
+        self.len()
+    }
+
+    fn pop_oldest(&mut self) -> Option<usize> {
+        let (&seq, &priority) = self.by_arrival.first_key_value()?;
+        self.unlink(Key { priority, seq })
+    }
+
     fn promote_expiring_before(&mut self, until: Instant) {
         while let Some(&(expiry, key)) = self.by_expiry.first() {
             if expiry >= until {
@@ -225,7 +241,9 @@ impl ServiceOrder for Waiting {
     }
 
     fn pop_most_important_urgent(&mut self) -> Option<usize> {
-        self.urgent.pop_first().map(|(_, index)| index)
+        let (key, index) = self.urgent.pop_first()?;
+        self.by_arrival.remove(&key.seq);
+        Some(index)
     }
 
     fn pop_most_important(&mut self) -> Option<usize> {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use admission_core::queue_policy::{
-    Conditions, Door, QueuePolicy, Rates, Step, Verdict, Waiter, Waiters,
+    completion_rate, Conditions, Door, QueuePolicy, Rates, Step, Verdict, Waiter, Waiters,
 };
 use admission_core::Priority;
 
@@ -172,14 +172,22 @@ impl<A: AppClient> Inbound<A> {
     pub(super) fn door(&self, waiter: &Waiter) -> Door {
         let queue = self.sidecar_queue();
         let at = self.conditions(Instant::now());
-        self.refresh_service_order(&at);
+        self.refresh_service_order(&at, &queue);
         door_turn(&self.queue_policy, waiter, &at, &queue)
     }
 
-    /// Tells the queue the service order's horizon now (none while the level binds).
-    fn refresh_service_order(&self, at: &Conditions) {
+    /// Tells the queue the service order's horizon and FIFO depth now (none while the
+    /// level binds).
+    fn refresh_service_order(&self, at: &Conditions, queue: &SidecarQueue<'_, impl Fn() -> Rates>) {
         let horizon = self.queue_policy.urgency_horizon(at).map(Duration::from_nanos);
         self.shared.limit.set_urgency_horizon(horizon);
+        // (The rates are a lock away: not asked while the level binds, when it is zero.)
+        let fifo = if at.level_binds {
+            0
+        } else {
+            self.queue_policy.fifo_depth(at, completion_rate(queue.rates(), at.typical_app))
+        };
+        self.shared.limit.set_fifo_depth(fifo);
     }
 
     /// The waiter's timer: resolves with the verdict that ends its wait (its budget gone, or
@@ -194,8 +202,9 @@ impl<A: AppClient> Inbound<A> {
         loop {
             tokio::time::sleep_until(Instant::from_std(clock.instant_at(at))).await;
             let now = self.conditions(Instant::now());
-            self.refresh_service_order(&now);
-            match timer_turn(policy, waiter, &now, &mut self.sidecar_queue()) {
+            let mut queue = self.sidecar_queue();
+            self.refresh_service_order(&now, &queue);
+            match timer_turn(policy, waiter, &now, &mut queue) {
                 Step::Refuse(verdict) => return verdict,
                 Step::CheckAt(next) => at = next,
             }

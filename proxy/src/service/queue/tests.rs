@@ -14,7 +14,9 @@ use proptest::prelude::*;
 
 use super::{door_turn, timer_turn, SidecarQueue};
 use crate::inflight::{InflightLimit, NoSlot, Slot};
-use admission_core::queue_policy::{serve_next, Conditions, QueuePolicy, Rates};
+use admission_core::queue_policy::{
+    completion_rate, serve_next, Conditions, QueuePolicy, Rates, Service,
+};
 
 #[allow(dead_code)]
 #[path = "../../../../admission-core/examples/simulate/queue.rs"]
@@ -170,21 +172,27 @@ proptest! {
         prop_assert_eq!(limit.queued(), sim.len());
     }
 
-    /// Slots free one at a time: both queues grant them in the same order, the urgent first
-    /// while the level does not bind.
+    /// Slots free one at a time: both queues grant them in the same order, oldest first
+    /// while the queue is short and the urgent first while it is not, while the level does
+    /// not bind.
     #[test]
     fn the_service_order_is_the_simulators(s in state()) {
         let at = conditions(&s, s.now_ms * MS);
         let policy = policy(&s);
         let horizon = policy.urgency_horizon(&at);
+        // A twentieth of the rate: FIFO depths of 0 to 25, so both orders and the switch
+        // between them are seen on queues of up to 40.
+        let fifo_up_to =
+            policy.fifo_depth(&at, completion_rate(s.rates, at.typical_app).map(|r| r / 20.0));
         // The simulator: one instant, the policy's bound.
         let mut sim = queues(&s).3;
-        let until = policy.urgent_until(&at);
+        let service = Service { urgent_until: policy.urgent_until(&at), fifo_up_to };
         let sim_order: Vec<u64> =
-            std::iter::from_fn(|| serve_next(until, &mut sim).map(|(id, _)| id)).collect();
+            std::iter::from_fn(|| serve_next(service, &mut sim).map(|(id, _)| id)).collect();
         // The proxy: the same bound, in seconds (see `proxy_queue_with_expiries`).
         let (limit, held, mut proxy) = proxy_queue_with_expiries(&s);
         limit.set_urgency_horizon(horizon.map(|h| Duration::from_secs(h / MS)));
+        limit.set_fifo_depth(fifo_up_to);
         let mut proxy_order = Vec::new();
         let mut cx = Context::from_waker(Waker::noop());
         let mut slot = Some(held);
