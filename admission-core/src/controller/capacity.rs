@@ -115,7 +115,9 @@ impl CapacityLaw {
         // A short censored window (a handful of requests let through) is too thin to
         // judge "room for twice what came" on.
         let may_open_fully = secs(w) >= MIN_JUDGED_WINDOW * self.window_secs;
-        let Some(target) = self.capacity_target(zone, w, censored) else { return current };
+        let Some((target, credit)) = self.capacity_target(zone, w, censored) else {
+            return current;
+        };
         let proposed = match level_for_target(histogram, target) {
             // Everything that arrived fits while the level cuts, and the
             // window is censored: the histogram says nothing about the demand
@@ -135,6 +137,9 @@ impl CapacityLaw {
             // target already is what the app completes, and one long wait in
             // a quiet window (target above all arrivals) must not refuse anyone.
             Zone::Cut if w.queue_depth > 0 => proposed.min(current),
+            // Censored, the span's unused room only keeps a burst from cutting; it never
+            // opens past what the callers were told (see `capacity_target`).
+            Zone::Cut if censored && credit > 0.0 => proposed.min(current),
             Zone::Cut => proposed,
             // Sit at what the app completes; a level already within a few
             // percent of it stays, so histogram noise does not move it. A window
@@ -261,7 +266,12 @@ impl CapacityLaw {
     /// over the window's length, less (when cutting) the backlog above what the exit
     /// threshold allows, drained over about one nominal window and never more than half
     /// the rate. `None` before any completion was seen (nothing to aim at: hold).
-    fn capacity_target(&mut self, zone: Zone, w: &WindowSummary, censored: bool) -> Option<f64> {
+    fn capacity_target(
+        &mut self,
+        zone: Zone,
+        w: &WindowSummary,
+        censored: bool,
+    ) -> Option<(f64, f64)> {
         // A little over the app's rate, or under it when censored (see the margins).
         let margin = if censored { CENSORED_MARGIN } else { CAPACITY_MARGIN };
         let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
@@ -271,8 +281,16 @@ impl CapacityLaw {
         // A window shorter than the nominal one (an early close) is judged over a nominal
         // window's span: what the app left unused in the span's earlier part is room for
         // this window's arrivals (a burst after a lull), once the excess backlog is paid.
-        let credit = if censored { 0.0 } else { self.idle_credit(w, excess) };
-        Some(match zone {
+        //
+        // Censored, only a cut gets it: behind callers that filter by the advertised level,
+        // what arrives is what the level admits, and a queue in a short window is a Poisson
+        // burst of it (the callers refuse a step's surplus). Without the credit such a
+        // window, judged over its own 100 ms, cut under the app's rate again and again
+        // (multihop-bench: B completed 65-85% of its capacity at M^k, k = 2, 3). It never
+        // opens the level there (`decide`): room beyond the level is `open_beyond_arrivals`'.
+        let credit =
+            if censored && zone != Zone::Cut { 0.0 } else { self.idle_credit(w, excess) };
+        let target = match zone {
             Zone::Cut => {
                 let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
                 (cap - drain_rate) * secs(w) + credit
@@ -282,7 +300,8 @@ impl CapacityLaw {
             // the rest): the rate alone (its probes are in `observe_completions`).
             Zone::Relax if censored => per_window,
             Zone::Relax => per_window.max((1.0 + self.beta) * w.admitted as f64),
-        })
+        };
+        Some((target, credit))
     }
 
     /// The room a window shorter than the nominal one has beyond its own length, in

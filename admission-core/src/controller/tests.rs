@@ -604,3 +604,34 @@ fn the_level_binds_beyond_one_in_fifty_and_a_censored_window_is_one_it_does_not_
     assert!(!level_binds(&h, AdmissionLevel::FULLY_OPEN), "fully open refuses nothing");
     assert!(!is_censored(&h, AdmissionLevel::FULLY_OPEN));
 }
+
+/// Behind callers that filter by the advertised level, an early-closed window of a Poisson
+/// burst (a queue forming for a moment) is judged over the nominal span, as a lone
+/// sidecar's burst is: after 900 ms at 80% of the app's rate the span has room for it and
+/// the level holds; after 900 ms at the app's rate it has none and the same window cuts.
+/// The span's room never opens the level.
+#[test]
+fn behind_filtering_callers_a_short_burst_is_judged_over_the_span() {
+    let (h, current) = censored_at(11, 1); // 12 arrived in 100 ms (1.2x of 1000/s, 0.9x aimed)
+    let mut burst = window(12, 12, 8, 25);
+    (burst.duration_ns, burst.completed, burst.busy_ns, burst.busy_completed) =
+        (100 * MS, 10, 60 * MS, 6);
+    (burst.queue_depth, burst.oldest_waiting_ns, burst.early) = (3, 30 * MS, true);
+    let earlier = |completed: u64| {
+        let mut w = window(completed, completed, completed, 1);
+        (w.duration_ns, w.completed) = (900 * MS, completed);
+        w
+    };
+    let (hq, _) = censored_at(11, 60);
+    let mut roomy = capacity_measured_at(100);
+    roomy.next_level(current, Zone::Hold, &earlier(72), &hq);
+    assert_eq!(roomy.next_level(current, Zone::Cut, &burst, &h), current);
+    let mut full = capacity_measured_at(100);
+    full.next_level(current, Zone::Hold, &earlier(90), &hq);
+    assert!(full.next_level(current, Zone::Cut, &burst, &h) < current);
+    // An empty queue at the close with lots of room: still no opening.
+    let mut roomy = capacity_measured_at(100);
+    roomy.next_level(current, Zone::Hold, &earlier(20), &hq);
+    burst.queue_depth = 0;
+    assert_eq!(roomy.next_level(current, Zone::Cut, &burst, &h), current);
+}
