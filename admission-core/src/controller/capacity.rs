@@ -288,8 +288,7 @@ impl CapacityLaw {
         // window, judged over its own 100 ms, cut under the app's rate again and again
         // (multihop-bench: B completed 65-85% of its capacity at M^k, k = 2, 3). It never
         // opens the level there (`decide`): room beyond the level is `open_beyond_arrivals`'.
-        let credit =
-            if censored && zone != Zone::Cut { 0.0 } else { self.idle_credit(w, excess) };
+        let credit = if censored && zone != Zone::Cut { 0.0 } else { self.idle_credit(w, excess) };
         let target = match zone {
             Zone::Cut => {
                 let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
