@@ -25,6 +25,9 @@ pub(super) struct CapacityLaw {
     window_secs: f64,
     /// The windows before this one, oldest first, as far back as one nominal window.
     recent: VecDeque<PastWindow>,
+    /// Consecutive quiet censored windows so far (see [`quiet_probe`]): each raises the
+    /// next window's target by more, none raises the estimate itself.
+    quiet_streak: u32,
 }
 
 /// At most this many past windows are remembered: windows close early no sooner than
@@ -50,6 +53,7 @@ impl CapacityLaw {
             capacity_measured: false,
             window_secs: config.window.as_secs_f64().max(1e-3),
             recent: VecDeque::with_capacity(REMEMBERED_WINDOWS),
+            quiet_streak: 0,
         }
     }
 
@@ -111,7 +115,9 @@ impl CapacityLaw {
         // A short censored window (a handful of requests let through) is too thin to
         // judge "room for twice what came" on.
         let may_open_fully = secs(w) >= MIN_JUDGED_WINDOW * self.window_secs;
-        let Some(target) = self.capacity_target(zone, w, censored) else { return current };
+        let Some((target, credit)) = self.capacity_target(zone, w, censored) else {
+            return current;
+        };
         let proposed = match level_for_target(histogram, target) {
             // Everything that arrived fits while the level cuts, and the
             // window is censored: the histogram says nothing about the demand
@@ -131,6 +137,9 @@ impl CapacityLaw {
             // target already is what the app completes, and one long wait in
             // a quiet window (target above all arrivals) must not refuse anyone.
             Zone::Cut if w.queue_depth > 0 => proposed.min(current),
+            // Censored, the span's unused room only keeps a burst from cutting; it never
+            // opens past what the callers were told (see `capacity_target`).
+            Zone::Cut if censored && credit > 0.0 => proposed.min(current),
             Zone::Cut => proposed,
             // Sit at what the app completes; a level already within a few
             // percent of it stays, so histogram noise does not move it. A window
@@ -233,9 +242,12 @@ const SATURATED_BUSY_SHARE: u64 = 4;
 /// When the level, not the app, set a window's rate (it refused, the queue never held
 /// any), the estimate probes this much higher: a faster app is followed within ~2 s.
 const LEVEL_BOUND_PROBE: f64 = 1.5;
-/// A whole quiet censored window probes this many times what completed (after the
-/// margin): the demand the callers refused is unseen here, so the probe is bold.
-const CENSORED_QUIET_PROBE: f64 = 2.1;
+/// The first quiet censored window in a row raises its target by this share of the
+/// estimate; each further one in a row doubles the raise (see [`quiet_probe`]).
+const QUIET_PROBE_FIRST: f64 = 0.15;
+/// A quiet censored window's target is at most this many times the estimate (after the
+/// margin): a little over twice, as the probe once was for every quiet window.
+const QUIET_PROBE_MAX: f64 = 2.1 / (1.0 - CENSORED_MARGIN);
 /// A censored window is quiet only if its mean wait is under 1 / this of the exit
 /// threshold: a queue that formed at all is evidence against room.
 const QUIET_WAIT_SHARE: u64 = 10;
@@ -254,7 +266,12 @@ impl CapacityLaw {
     /// over the window's length, less (when cutting) the backlog above what the exit
     /// threshold allows, drained over about one nominal window and never more than half
     /// the rate. `None` before any completion was seen (nothing to aim at: hold).
-    fn capacity_target(&mut self, zone: Zone, w: &WindowSummary, censored: bool) -> Option<f64> {
+    fn capacity_target(
+        &mut self,
+        zone: Zone,
+        w: &WindowSummary,
+        censored: bool,
+    ) -> Option<(f64, f64)> {
         // A little over the app's rate, or under it when censored (see the margins).
         let margin = if censored { CENSORED_MARGIN } else { CAPACITY_MARGIN };
         let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
@@ -264,8 +281,15 @@ impl CapacityLaw {
         // A window shorter than the nominal one (an early close) is judged over a nominal
         // window's span: what the app left unused in the span's earlier part is room for
         // this window's arrivals (a burst after a lull), once the excess backlog is paid.
-        let credit = if censored { 0.0 } else { self.idle_credit(w, excess) };
-        Some(match zone {
+        //
+        // Censored, only a cut gets it: behind callers that filter by the advertised level,
+        // what arrives is what the level admits, and a queue in a short window is a Poisson
+        // burst of it (the callers refuse a step's surplus). Without the credit such a
+        // window, judged over its own 100 ms, cut under the app's rate again and again
+        // (multihop-bench: B completed 65-85% of its capacity at M^k, k = 2, 3). It never
+        // opens the level there (`decide`): room beyond the level is `open_beyond_arrivals`'.
+        let credit = if censored && zone != Zone::Cut { 0.0 } else { self.idle_credit(w, excess) };
+        let target = match zone {
             Zone::Cut => {
                 let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
                 (cap - drain_rate) * secs(w) + credit
@@ -275,7 +299,8 @@ impl CapacityLaw {
             // the rest): the rate alone (its probes are in `observe_completions`).
             Zone::Relax if censored => per_window,
             Zone::Relax => per_window.max((1.0 + self.beta) * w.admitted as f64),
-        })
+        };
+        Some((target, credit))
     }
 
     /// The room a window shorter than the nominal one has beyond its own length, in
@@ -328,31 +353,29 @@ impl CapacityLaw {
         // Saturated: the queue was non-empty for a good part of the window, so the app
         // was busy then; its rate over that time is its capacity.
         let saturated = w.busy_ns * SATURATED_BUSY_SHARE >= w.duration_ns && w.busy_completed > 0;
-        let rate = if saturated {
-            w.busy_completed as f64 / (w.busy_ns as f64 / 1e9)
-        } else if w.busy_ns == 0 && w.queue_depth == 0 && w.admitted < w.arrivals {
-            // The level refused requests, yet the queue never held any: the app took all
-            // it was given, so the level (not the app) set this rate. Probe a half
-            // higher; a window that finds the queue busy measures the real figure.
-            LEVEL_BOUND_PROBE * w.completed as f64 / secs(w)
-        } else if w.busy_ns == 0
-            && w.queue_depth == 0
-            && w.mean_queuing_ns * QUIET_WAIT_SHARE < self.exit_ns
+        // A whole quiet censored window: the refusals were made upstream (callers' egress
+        // refuses above the level this sidecar advertises), unseen here, in a window (at
+        // least half the nominal one: a few requests in a short window prove nothing) in
+        // which the app never queued and nobody waited a tenth of the exit threshold.
+        let quiet = !saturated
             && censored
             && zone == Zone::Relax
-            && secs(w) >= MIN_JUDGED_WINDOW * self.window_secs
-        {
-            // The same with the refusals made upstream (callers' egress refuses above the
-            // level this sidecar advertises), unseen here: a whole window (at least half
-            // the nominal one: a few requests in a short window prove nothing) in which
-            // the app never queued (and nobody waited a tenth of the exit threshold). The
-            // target becomes a little over twice what completed (after the margin), so
-            // the level opens past what arrived by about as much again (see
-            // `open_beyond_arrivals`; not fully, which takes room for three times what
-            // came): a downstream that recovered doubles what it admits each window
-            // rather than creeping up a few levels, and if it had not, the callers'
-            // requests arrive again and the next window cuts from what it sees.
-            CENSORED_QUIET_PROBE / (1.0 - CENSORED_MARGIN) * w.completed as f64 / secs(w)
+            && w.busy_ns == 0
+            && w.queue_depth == 0
+            && w.mean_queuing_ns * QUIET_WAIT_SHARE < self.exit_ns
+            && secs(w) >= MIN_JUDGED_WINDOW * self.window_secs;
+        self.quiet_streak = if quiet { self.quiet_streak.saturating_add(1) } else { 0 };
+        let rate = if saturated {
+            w.busy_completed as f64 / (w.busy_ns as f64 / 1e9)
+        } else if !censored && w.busy_ns == 0 && w.queue_depth == 0 && w.admitted < w.arrivals {
+            // The level refused requests, yet the queue never held any: the app took all
+            // it was given, so the level (not the app) set this rate. Probe a half
+            // higher; a window that finds the queue busy measures the real figure. Not
+            // when censored: there the few refused are stragglers sent before the callers
+            // heard of a cut, not demand the level held back (raised by a half on them,
+            // the estimate stayed up for windows, the level opened past the app and the
+            // callers' backlog filled its queue).
+            LEVEL_BOUND_PROBE * w.completed as f64 / secs(w)
         } else {
             w.completed as f64 / secs(w)
         };
@@ -374,8 +397,29 @@ impl CapacityLaw {
             _ => rate,
         });
         self.capacity_measured |= saturated;
-        self.capacity_per_sec
+        self.capacity_per_sec.map(|c| c * quiet_probe(self.quiet_streak))
     }
+}
+
+/// The factor on a censored window's target after `streak` quiet windows in a row: 1 for
+/// none, then 1 + [`QUIET_PROBE_FIRST`] doubling its raise with each further quiet window,
+/// at most [`QUIET_PROBE_MAX`]. Behind callers that refuse above the advertised level, the
+/// demand beyond it is unseen and the app's spare room unmeasured (its queue never formed):
+/// the target probes past the estimate, and the level opens past what arrived by the spare
+/// room (see [`open_beyond_arrivals`]). The first probe is small, because the usual quiet
+/// window is the steady state (the law aims 10% under the app's rate): a probe of twice what
+/// completed there opened the level far past the app (205 -> 346 in one window at
+/// multihop-bench's B), the callers' backlog filled its queue and the next cut went below
+/// the rate, a cycle around ~85% of it. A downstream that really recovered stays quiet
+/// window after window, and the doubling raise finds its room within four or five. The
+/// factor never enters the stored estimate: a window that finds the queue busy measures the
+/// app, and one that does not keeps at most what completed.
+fn quiet_probe(streak: u32) -> f64 {
+    if streak == 0 {
+        return 1.0;
+    }
+    let raise = QUIET_PROBE_FIRST * f64::from(1u32 << (streak - 1).min(8));
+    (1.0 + raise).min(QUIET_PROBE_MAX)
 }
 
 /// Within the capacity law's dead band of the target.
