@@ -116,6 +116,44 @@ async fn trickle(addr: SocketAddr, give_up: Duration) -> Duration {
     started.elapsed()
 }
 
+/// How many clients trickle bodies, how many times each starts again after being cut off, and
+/// the cap each exchange is given (plus a margin) before the client gives up.
+struct Trickle {
+    clients: usize,
+    rounds: usize,
+    cap: Duration,
+}
+
+/// Runs the trickling clients while the well-behaved caller probes, reports the caller's
+/// latencies against `unattacked`, and returns the longest trickled exchange.
+async fn trickled_during_probes(
+    addr: SocketAddr,
+    attack: Trickle,
+    label: &str,
+    unattacked: &Latencies,
+) -> Duration {
+    let mut tricklers = Vec::new();
+    for _ in 0..attack.clients {
+        tricklers.push(tokio::spawn(async move {
+            let mut lasted = Vec::new();
+            for _ in 0..attack.rounds {
+                lasted.push(trickle(addr, attack.cap + MARGIN).await);
+            }
+            lasted
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let attacked = probe_series(addr, PROBES, PROBE_BOUND).await;
+    Latencies::report(label, unattacked, &attacked);
+    let mut longest = Duration::ZERO;
+    for t in tricklers {
+        for lasted in t.await.unwrap() {
+            longest = longest.max(lasted);
+        }
+    }
+    longest
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bodies_trickled_under_a_declared_hour_hold_no_slot_past_the_cap() {
     // Half the slots: with all of them taken, the queue the tricklers build would (rightly)
@@ -134,26 +172,13 @@ async fn bodies_trickled_under_a_declared_hour_hold_no_slot_past_the_cap() {
     let addr = weir.inbound_addr();
     let unattacked = unattacked_series(addr, PROBES, PROBE_BOUND).await;
 
-    // Trickling clients, each starting again as soon as it is cut off.
-    let mut tricklers = Vec::new();
-    for _ in 0..TRICKLERS {
-        tricklers.push(tokio::spawn(async move {
-            let mut lasted = Vec::new();
-            for _ in 0..6 {
-                lasted.push(trickle(addr, CAP + MARGIN).await);
-            }
-            lasted
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let attacked = probe_series(addr, PROBES, PROBE_BOUND).await;
-    Latencies::report("4 clients trickling bodies under a 1 h budget", &unattacked, &attacked);
-    let mut longest = Duration::ZERO;
-    for t in tricklers {
-        for lasted in t.await.unwrap() {
-            longest = longest.max(lasted);
-        }
-    }
+    let longest = trickled_during_probes(
+        addr,
+        Trickle { clients: TRICKLERS, rounds: 6, cap: CAP },
+        "4 clients trickling bodies under a 1 h budget",
+        &unattacked,
+    )
+    .await;
     eprintln!("longest trickled exchange: {longest:?} (cap {CAP:?})");
     assert!(longest < CAP + MARGIN, "a trickled body held its slot for {longest:?}");
 }
@@ -174,25 +199,13 @@ async fn bodies_trickled_under_a_declared_length_never_reach_the_app() {
     let addr = weir.inbound_addr();
     let unattacked = unattacked_series(addr, PROBES, PROBE_BOUND).await;
 
-    let mut tricklers = Vec::new();
-    for _ in 0..TRICKLERS {
-        tricklers.push(tokio::spawn(async move {
-            let mut lasted = Vec::new();
-            for _ in 0..3 {
-                lasted.push(trickle(addr, CAP + MARGIN).await);
-            }
-            lasted
-        }));
-    }
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let attacked = probe_series(addr, PROBES, PROBE_BOUND).await;
-    Latencies::report("64 clients trickling bodies of declared length", &unattacked, &attacked);
-    let mut longest = Duration::ZERO;
-    for t in tricklers {
-        for lasted in t.await.unwrap() {
-            longest = longest.max(lasted);
-        }
-    }
+    let longest = trickled_during_probes(
+        addr,
+        Trickle { clients: TRICKLERS, rounds: 3, cap: CAP },
+        "64 clients trickling bodies of declared length",
+        &unattacked,
+    )
+    .await;
     eprintln!("longest trickled exchange: {longest:?} (cap {CAP:?})");
     assert!(longest < CAP + MARGIN, "a trickled body was answered after {longest:?}");
     let reached = app.seen_path("/echo").len();

@@ -5,7 +5,7 @@
 
 use crate::support;
 
-use std::io::Write;
+use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
@@ -267,10 +267,9 @@ async fn callers_who_hang_up_hold_slots_for_the_apps_time_not_their_own_soak() {
 }
 
 async fn slots_held_for_the_apps_time(at_most: Duration) {
-    // The app answers /slow in 100 ms whatever its caller does. Four callers start slow
-    // uploads (a byte every 100 ms); the app answers before they end, weir passes the answer
-    // on and the rest of the upload is cut off, so the estimate must read the app's 100 ms,
-    // not the callers' pace. Then four callers hang up while the app works on their
+    // The app answers /slow in 100 ms whatever its caller does. Four callers make slow
+    // uploads (a byte every 100 ms) of a declared length; weir forwards each once its body is
+    // here, so the estimate must read the app's 100 ms, not the callers' pace. Then four callers hang up while the app works on their
     // requests: the slots they leave are held for the rest of the app's time (~100 ms),
     // not longer (a slot held for the task timeout, 10 s, fails the last assertion).
     const SERVICE: Duration = Duration::from_millis(100);
@@ -302,6 +301,9 @@ async fn slots_held_for_the_apps_time(at_most: Duration) {
                         break;
                     }
                 }
+                // Wait for the answer: a caller that hangs up here would abandon the request.
+                raw.set_read_timeout(Some(WAIT)).unwrap();
+                let _ = raw.read(&mut [0u8; 512]);
             })
         })
         .collect();
