@@ -10,8 +10,9 @@
 //! 3. **admission**: below the admission level is refused (enforce) or counted (shadow).
 //! 4. **queue** ([`queue`]): a free in-flight slot, or a wait in the queue policy's service
 //!    order (priority order; while the level does not bind, oldest first while the queue
-//!    is short, else waiters about to give up first); the wait is the queuing time the detector averages. One connection may hold
-//!    at most `max_queued_per_connection` of the waiters. A caller that leaves while queued (h2
+//!    is short, else waiters about to give up first); the wait is the queuing time the
+//!    detector averages. One connection may hold at most `max_queued_per_connection` of the
+//!    waiters. A caller that leaves while queued (h2
 //!    reset, HTTP/1.1 close) drops this future, which leaves the queue.
 //!    Whether it may queue (the door), when its wait ends early (its timer) and whether
 //!    it may leave for the app are the queue policy's ([`admission_core::queue_policy`],
