@@ -111,8 +111,9 @@ async fn hostile_bodies_stall_nothing(bounds: Promptness) {
             let mut answered = 0u32;
             while !stop.load(Ordering::Relaxed) {
                 let body = if k % 2 == 0 { "[".repeat(200_000) } else { big.clone() };
-                // 503 = all table-check permits busy: refused at once, before the body is
-                // read, which is the point (the connection may then close under the body).
+                // 503 = all table-check permits busy and the line full (or its wait over):
+                // refused before the body is read, which is the point (the connection then
+                // closes under the body).
                 if let Ok(r) =
                     client.send(http::Method::POST, &validate, &yaml, bytes_body(body)).await
                 {
