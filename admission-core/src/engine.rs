@@ -65,6 +65,9 @@ struct BusyClock {
     busy_completed: u64,
     /// Since when the queue has been empty, and the window's completion count then.
     empty_since: Option<(Nanos, u64)>,
+    /// Since when the queue has been non-empty without a break (the detector's standing
+    /// queue); kept across windows.
+    queued_since: Option<Nanos>,
 }
 
 /// How long the level before a cut still admits, behind propagating callers: a few of
@@ -271,6 +274,11 @@ impl<C: Clock> AdmissionEngine<C> {
                 (0, since) => since,
                 _ => None,
             };
+            busy.queued_since = match (depth, busy.queued_since) {
+                (0, _) => None,
+                (_, None) => Some(now),
+                (_, since) => since,
+            };
         }
         let age = now.saturating_sub(self.window_start.load(Relaxed));
         if age >= self.window_ns {
@@ -408,9 +416,10 @@ impl<C: Clock> AdmissionEngine<C> {
         }
         let dropped = (self.dropped.0.swap(0, Relaxed) as u64).min(dispatched);
         let completed = self.completed.0.swap(0, Relaxed);
-        let (busy_ns, busy_completed) = {
+        let (busy_ns, busy_completed, queue_standing_ns) = {
             let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-            let taken = (busy.busy_ns, busy.busy_completed);
+            let standing = busy.queued_since.map_or(0, |since| now.saturating_sub(since));
+            let taken = (busy.busy_ns, busy.busy_completed, standing);
             busy.busy_ns = 0;
             busy.busy_completed = 0;
             // The counts restart with the window: so does the busy clock.
@@ -431,11 +440,12 @@ impl<C: Clock> AdmissionEngine<C> {
             completed,
             busy_ns,
             busy_completed,
+            queue_standing_ns,
             oldest_waiting_ns: self.oldest_waiting_ns.load(Relaxed),
             queue_depth: self.queue_depth.load(Relaxed),
             early: !due,
         };
-        let zone = state.detector.observe(&summary);
+        let zone = state.detector.observe(&summary, state.controller.capacity_estimate());
         let current = self.level();
         let next = state.controller.next_level(current, zone, &summary, &state.scratch);
         // Behind callers whose egress refuses beyond the advertised level (this level

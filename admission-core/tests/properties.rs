@@ -87,7 +87,7 @@ proptest! {
         buckets in prop::collection::vec((0u16..COMPOUND_LEVELS as u16, 1u32..500), 0..40),
         dispatched in 0u64..5000,
         mean_queuing_ms in 0u64..500,
-        zone in prop_oneof![Just(Zone::Cut), Just(Zone::Hold), Just(Zone::Relax)],
+        zone in prop_oneof![Just(Zone::Cut), Just(Zone::Hold), Just(Zone::Relax), Just(Zone::Absorb)],
     ) {
         let mut h = vec![0u32; COMPOUND_LEVELS];
         for &(c, n) in &buckets {
@@ -114,6 +114,8 @@ proptest! {
             // The goodput law re-aims at capacity inside the band; dagor holds.
             Zone::Hold if law == Law::Dagor => prop_assert_eq!(next, current),
             Zone::Hold => {}
+            // A burst the budget absorbs never moves the level.
+            Zone::Absorb => prop_assert_eq!(next, current),
         }
     }
 

@@ -112,6 +112,13 @@ impl CapacityLaw {
         histogram: &[u32],
     ) -> AdmissionLevel {
         let censored = is_censored(histogram, current);
+        if zone == Zone::Absorb {
+            // A burst the budget absorbs (see the detector): the level stays, whatever a
+            // target over this window alone would say; the window still measures the app
+            // (its queue was busy).
+            self.observe_completions(zone, w, censored);
+            return current;
+        }
         // A short censored window (a handful of requests let through) is too thin to
         // judge "room for twice what came" on.
         let may_open_fully = secs(w) >= MIN_JUDGED_WINDOW * self.window_secs;
@@ -164,6 +171,7 @@ impl CapacityLaw {
                 }
             }
             Zone::Relax => proposed,
+            Zone::Absorb => current,
         };
         // (Censored inside the top class, its arrivals are only what the
         // callers let through: its size is unknown.)
@@ -294,7 +302,8 @@ impl CapacityLaw {
                 let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
                 (cap - drain_rate) * secs(w) + credit
             }
-            Zone::Hold => per_window + credit,
+            // (An absorbed burst never asks for a target, see `decide`.)
+            Zone::Hold | Zone::Absorb => per_window + credit,
             // Censored, what was admitted says nothing about the demand (callers refused
             // the rest): the rate alone (its probes are in `observe_completions`).
             Zone::Relax if censored => per_window,

@@ -29,7 +29,7 @@ impl ControlLaw for DagorLaw {
     ) -> AdmissionLevel {
         let target = match zone {
             Zone::Cut => (1.0 - self.alpha) * w.admitted as f64,
-            Zone::Hold => return current,
+            Zone::Hold | Zone::Absorb => return current,
             Zone::Relax => (1.0 + self.beta) * w.admitted as f64,
         };
         toward_target(histogram, current, zone, target)

@@ -49,6 +49,9 @@ impl ControlLaw for GoodputLaw {
         histogram: &[u32],
     ) -> AdmissionLevel {
         let target = match (zone, self.observe_capacity(zone, w)) {
+            // A burst the budget absorbs: the level stays (its busy window still measured
+            // the app's capacity).
+            (Zone::Absorb, _) => return current,
             // Inside the hysteresis band the queue is where it should be: sit at the
             // measured capacity instead of wherever the last cut left the level.
             (Zone::Hold, Some(cap)) => cap * secs(w) * (1.0 - self.trim),

@@ -41,23 +41,27 @@ fn admitted_at(h: &[u32], level: AdmissionLevel) -> u64 {
 fn detector_enters_above_threshold_and_leaves_below_exit() {
     // (More arrived than the app completed: not a burst absorbed, see below.)
     let mut d = OverloadDetector::new(&EngineConfig::default());
-    assert_eq!(d.observe(&window(120, 100, 100, 5)), Zone::Relax);
+    assert_eq!(d.observe(&window(120, 100, 100, 5), None), Zone::Relax);
     assert!(!d.overloaded());
-    assert_eq!(d.observe(&window(120, 100, 100, 21)), Zone::Cut);
+    assert_eq!(d.observe(&window(120, 100, 100, 21), None), Zone::Cut);
     assert!(d.overloaded());
     // Between exit (10 ms) and entry (20 ms): hold, still overloaded.
-    assert_eq!(d.observe(&window(120, 100, 100, 15)), Zone::Hold);
+    assert_eq!(d.observe(&window(120, 100, 100, 15), None), Zone::Hold);
     assert!(d.overloaded());
-    assert_eq!(d.observe(&window(120, 100, 100, 20)), Zone::Hold, "at the threshold is not above");
-    assert_eq!(d.observe(&window(120, 100, 100, 10)), Zone::Relax);
+    assert_eq!(
+        d.observe(&window(120, 100, 100, 20), None),
+        Zone::Hold,
+        "at the threshold is not above"
+    );
+    assert_eq!(d.observe(&window(120, 100, 100, 10), None), Zone::Relax);
     assert!(!d.overloaded());
 }
 
 #[test]
 fn detector_holds_when_nothing_leaves_a_busy_queue() {
     let mut d = OverloadDetector::new(&EngineConfig::default());
-    assert_eq!(d.observe(&window(50, 50, 0, 0)), Zone::Hold);
-    assert_eq!(d.observe(&window(0, 0, 0, 0)), Zone::Relax);
+    assert_eq!(d.observe(&window(50, 50, 0, 0), None), Zone::Hold);
+    assert_eq!(d.observe(&window(0, 0, 0, 0), None), Zone::Relax);
 }
 
 /// A window whose queue was gone by its close, in which the app completed all that
@@ -67,14 +71,14 @@ fn detector_holds_when_nothing_leaves_a_busy_queue() {
 fn detector_calls_a_burst_absorbed_not_overload() {
     let mut d = OverloadDetector::new(&EngineConfig::default());
     let absorbed = WindowSummary { completed: 500, ..window(500, 500, 500, 120) };
-    assert_eq!(d.observe(&absorbed), Zone::Relax);
+    assert_eq!(d.observe(&absorbed, None), Zone::Relax);
     assert!(!d.overloaded());
     let refused = WindowSummary { completed: 500, ..window(700, 500, 500, 120) };
-    assert_eq!(d.observe(&refused), Zone::Cut);
+    assert_eq!(d.observe(&refused, None), Zone::Cut);
     assert!(d.overloaded());
     let left = WindowSummary { queue_depth: 40, oldest_waiting_ns: 90 * MS, ..absorbed };
-    assert_eq!(d.observe(&left), Zone::Cut);
-    assert_eq!(d.observe(&absorbed), Zone::Relax);
+    assert_eq!(d.observe(&left, None), Zone::Cut);
+    assert_eq!(d.observe(&absorbed, None), Zone::Relax);
     assert!(!d.overloaded());
 }
 
@@ -634,4 +638,155 @@ fn behind_filtering_callers_a_short_burst_is_judged_over_the_span() {
     roomy.next_level(current, Zone::Hold, &earlier(20), &hq);
     burst.queue_depth = 0;
     assert_eq!(roomy.next_level(current, Zone::Cut, &burst, &h), current);
+}
+
+// === the detector: bursts the budget absorbs, overloads cut ===
+
+/// A 100 ms early window in a burst on an app of 1,000 requests per second: `depth`
+/// waiting at its close, the queue standing `standing_ms`, its oldest `oldest_ms` old.
+fn burst_window(depth: u64, standing_ms: u64, oldest_ms: u64) -> WindowSummary {
+    WindowSummary {
+        duration_ns: 100 * MS,
+        arrivals: 150,
+        admitted: 150,
+        dispatched: 100,
+        completed: 100,
+        mean_queuing_ns: 60 * MS,
+        queue_depth: depth,
+        oldest_waiting_ns: oldest_ms * MS,
+        queue_standing_ns: standing_ms * MS,
+        busy_ns: 100 * MS,
+        busy_completed: 100,
+        ..WindowSummary::default()
+    }
+}
+
+#[test]
+fn a_young_queue_that_drains_within_the_allowance_is_absorbed() {
+    let t = DetectorThresholds::new(&EngineConfig::default());
+    assert_eq!(t.burst_allowance_ns, 400 * MS);
+    let cap = Some(1_000.0);
+    // 200 queued after 400 ms, growing 50 more by the next early close: 250 ms to drain.
+    let mut d = OverloadDetector::new(&EngineConfig::default());
+    assert_eq!(d.observe(&burst_window(200, 400, 130), cap), Zone::Absorb);
+    assert!(!d.overloaded(), "a burst is not an overload");
+    // Projected past the allowance (300 after 300 ms: 400 by the next close, and more).
+    assert_eq!(judge(&t, false, &burst_window(320, 300, 100), cap), Zone::Cut);
+    // The queue stood a whole window: an overload, however short.
+    assert_eq!(judge(&t, false, &burst_window(20, 1_000, 30), cap), Zone::Cut);
+    // The oldest waited past the allowance.
+    assert_eq!(judge(&t, false, &burst_window(20, 500, 410), cap), Zone::Cut);
+    // Already overloaded: DAGOR's signal alone.
+    assert_eq!(judge(&t, true, &burst_window(200, 400, 130), cap), Zone::Cut);
+    // The app completed nothing (a stall): no drain rate, no burst.
+    let stalled = WindowSummary { completed: 0, busy_completed: 0, ..burst_window(20, 100, 90) };
+    assert_eq!(judge(&t, false, &stalled, cap), Zone::Cut);
+    // The level refused more than 1 in 50: an overload's tail.
+    let refusing = WindowSummary { arrivals: 160, ..burst_window(200, 400, 130) };
+    assert_eq!(judge(&t, false, &refusing, cap), Zone::Cut);
+    // Without an estimate, the window's busy rate drains it.
+    assert_eq!(judge(&t, false, &burst_window(200, 400, 130), None), Zone::Absorb);
+    // A long-measured busy rate far under the estimate (the app got slower) is the rate.
+    let slower = WindowSummary {
+        duration_ns: 1_000 * MS,
+        busy_ns: 1_000 * MS,
+        busy_completed: 400,
+        completed: 400,
+        ..burst_window(200, 400, 130)
+    };
+    assert_eq!(judge(&t, false, &slower, cap), Zone::Cut);
+}
+
+#[test]
+fn an_absorbed_burst_keeps_the_level_under_every_law() {
+    let h = uniform(3, 10);
+    let cut = AdmissionLevel::from_compound(300).expect("in range");
+    for law in [Law::Capacity, Law::Dagor, Law::Goodput] {
+        let mut c = Controller::new(&config(law));
+        for level in [AdmissionLevel::FULLY_OPEN, cut] {
+            let next = c.next_level(level, Zone::Absorb, &burst_window(200, 400, 130), &h);
+            assert_eq!(next, level, "{law:?} moved the level on an absorbed burst");
+        }
+    }
+}
+
+fn arb_window() -> impl proptest::strategy::Strategy<Value = WindowSummary> {
+    use proptest::prelude::*;
+    (
+        (1u64..2_000, 0u64..3_000, 0u64..3_000, 0u64..3_000, 0u64..3_000),
+        (0u64..500, 0u64..2_000, 0u64..1_000, 0u64..2_000, 0u64..2_000),
+    )
+        .prop_map(
+            |(
+                (dur, arrivals, refused, dispatched, completed),
+                (mean, depth, oldest, standing, busy),
+            )| {
+                WindowSummary {
+                    duration_ns: dur * MS,
+                    arrivals: arrivals + refused,
+                    admitted: arrivals,
+                    dispatched,
+                    completed,
+                    mean_queuing_ns: mean * MS,
+                    queue_depth: depth,
+                    oldest_waiting_ns: if depth == 0 { 0 } else { oldest * MS },
+                    queue_standing_ns: if depth == 0 { 0 } else { standing * MS },
+                    busy_ns: busy.min(dur) * MS,
+                    busy_completed: completed / 2,
+                    ..WindowSummary::default()
+                }
+            },
+        )
+}
+
+proptest::proptest! {
+    /// An absorbed burst is a window above the entry threshold, judged outside the
+    /// overloaded state, and it leaves the state as it was; a verdict never depends on
+    /// anything but its inputs.
+    #[test]
+    fn absorb_only_above_the_threshold_and_never_inside_an_overload(
+        w in arb_window(),
+        overloaded in proptest::bool::ANY,
+        capacity in proptest::option::of(1.0f64..5_000.0),
+    ) {
+        let t = DetectorThresholds::new(&EngineConfig::default());
+        let zone = judge(&t, overloaded, &w, capacity);
+        proptest::prop_assert_eq!(zone, judge(&t, overloaded, &w, capacity));
+        if zone == Zone::Absorb {
+            proptest::prop_assert!(!overloaded);
+            proptest::prop_assert!(w.queuing_signal_ns() > t.enter_ns);
+            proptest::prop_assert!(!overloaded_after(overloaded, zone));
+        }
+        if overloaded {
+            proptest::prop_assert_ne!(zone, Zone::Absorb);
+        }
+    }
+
+    /// More queue never makes a burst of what was not one: a deeper queue or an older
+    /// oldest waiter (the queue as old) fits no better, nor does a queue that stood a whole
+    /// window; and a window cut stays cut with more queue while its signal is above the
+    /// threshold.
+    #[test]
+    fn more_queue_never_turns_a_cut_into_an_absorbed_burst(
+        w in arb_window(),
+        capacity in proptest::option::of(1.0f64..5_000.0),
+        more_depth in 0u64..1_000,
+        more_oldest_ms in 0u64..500,
+    ) {
+        let t = DetectorThresholds::new(&EngineConfig::default());
+        proptest::prop_assume!(w.queue_depth > 0);
+        let grown = WindowSummary {
+            queue_depth: w.queue_depth + more_depth,
+            oldest_waiting_ns: w.oldest_waiting_ns + more_oldest_ms * MS,
+            ..w
+        };
+        if !burst_fits(&t, &w, capacity) {
+            proptest::prop_assert!(!burst_fits(&t, &grown, capacity));
+        }
+        let stood = WindowSummary { queue_standing_ns: t.standing_ns, ..w };
+        proptest::prop_assert!(!burst_fits(&t, &stood, capacity));
+        if judge(&t, false, &w, capacity) == Zone::Cut && grown.queuing_signal_ns() > t.enter_ns {
+            proptest::prop_assert_eq!(judge(&t, false, &grown, capacity), Zone::Cut);
+        }
+    }
 }

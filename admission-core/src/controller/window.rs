@@ -31,6 +31,10 @@ pub struct WindowSummary {
     /// app completed meanwhile: the app's capacity is their ratio.
     pub busy_ns: u64,
     pub busy_completed: u64,
+    /// How long the pending queue had been non-empty without a break, as seen by
+    /// `observe_queue`, when the window closed (0 when it was empty): a queue that stood
+    /// for a whole nominal window is an overload's, not a burst's.
+    pub queue_standing_ns: u64,
 }
 
 impl WindowSummary {
@@ -68,6 +72,11 @@ pub fn queuing_signal_ns(dispatched: u64, mean_ns: u64, waiting: u64, oldest_ns:
 pub enum Zone {
     /// Mean queuing above the threshold: cut.
     Cut,
+    /// Mean queuing above the threshold, but from a queue the budget absorbs: it formed
+    /// within the last nominal window and drains, at the app's completion rate, well within
+    /// the budget (a burst, not an overload; see [`super::detector::judge`]). The level
+    /// stays where it is: neither cut nor relaxed.
+    Absorb,
     /// Between the exit and entry thresholds: keep the level (hysteresis).
     Hold,
     /// At or below the exit threshold: relax.

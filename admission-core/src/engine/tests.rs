@@ -456,3 +456,103 @@ proptest::proptest! {
         bursts_queue_and_a_sustained_step_is_cut(multiple, on_ms, offset_ms);
     }
 }
+
+// === bursts the budget absorbs, overloads cut (the detector's line, end to end) ===
+
+/// A fresh fluid app of 1,000 requests per second whose capacity the engine has measured
+/// (two saturating seconds), then a second of silence: the level is open again.
+fn measured_fluid_app(silence_ms: u64) -> FluidApp {
+    let mut app = FluidApp::new(1_000.0);
+    app.run(2_000, |_| 2.0);
+    app.run(1_000 + silence_ms, |_| 0.0);
+    assert_eq!(app.e.level(), AdmissionLevel::FULLY_OPEN, "silence re-opens the level");
+    app
+}
+
+/// Runs `ms` at `multiple(t)`; returns the first millisecond (since the start of the run)
+/// at which the level was below fully open, if any.
+fn first_cut(app: &mut FluidApp, ms: u64, multiple: impl Fn(u64) -> f64) -> Option<u64> {
+    let mut first = None;
+    for t in 0..ms {
+        app.run(1, |_| multiple(t));
+        if first.is_none() && app.e.level() < AdmissionLevel::FULLY_OPEN {
+            first = Some(t);
+        }
+    }
+    first
+}
+
+/// The bursts of the no-harm suite that the window-span credit alone did not save on the
+/// real sidecar: 1.5x for 500 ms every second, phase-locked to the 1 s window. Its queue
+/// peaks at ~250 ms (within the budget) and drains in the lull: never cut, never an
+/// overload. The same app at 1.5x sustained is cut once its queue stands.
+#[test]
+fn on_off_bursts_of_half_a_second_are_absorbed_at_every_phase() {
+    for offset_ms in [0, 100, 250, 400, 500, 750, 900] {
+        let mut app = measured_fluid_app(offset_ms);
+        let cut = first_cut(&mut app, 10_000, |t| if t % 1_000 < 500 { 1.5 } else { 0.0 });
+        assert_eq!(cut, None, "1.5x 500/500 ms at offset {offset_ms} ms was cut at {cut:?}");
+        assert!(!app.e.overloaded());
+        let cut = first_cut(&mut app, 2_000, |_| 1.5);
+        assert!(cut.is_some_and(|t| t <= 1_200), "1.5x sustained cut at {cut:?}");
+    }
+}
+
+/// A step from half the app's capacity to 3x is cut within 250 ms of the step, whatever the
+/// phase of the windows (the projected queue passes the burst allowance within an early
+/// window or two). (149-199 ms here at 50 ms phases, the same as without the burst rule:
+/// the law's span credit held the first early window already; 2x: 299-349 ms, the same;
+/// 1.5x: 699-749 ms, from 499-599 ms.)
+#[test]
+fn a_step_to_three_times_capacity_is_cut_within_two_early_windows() {
+    for offset_ms in [0, 30, 60, 110, 170, 240, 330, 500, 810] {
+        let mut app = measured_fluid_app(0);
+        assert_eq!(first_cut(&mut app, 2_000 + offset_ms, |_| 0.5), None);
+        let cut = first_cut(&mut app, 1_000, |_| 3.0);
+        assert!(cut.is_some_and(|t| t <= 250), "offset {offset_ms} ms: 3x cut at {cut:?}");
+    }
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(24))]
+    /// A train of bursts that fits the budget is never cut: `multiple` x capacity for
+    /// `on_ms`, then a lull long enough to drain the burst's queue and be seen empty, at any
+    /// phase against the windows. Fits: the queue, grown by the look-ahead at the burst's
+    /// pace, stays under the allowance with 50 ms to spare ((m - 1)(on + 100) <= 350 ms), and
+    /// the queue never stands for a nominal window.
+    #[test]
+    fn a_burst_train_that_fits_the_budget_is_never_cut(
+        multiple in 1.2f64..4.0,
+        on_frac in 0.2f64..=1.0,
+        lull_extra_ms in 100u64..600,
+        offset_ms in 0u64..1_000,
+    ) {
+        let longest = ((350.0 / (multiple - 1.0)) - 100.0).min(800.0 / multiple);
+        let on_ms = ((longest * on_frac) as u64).max(20);
+        let drain_ms = ((multiple - 1.0) * on_ms as f64).ceil() as u64;
+        let period = on_ms + drain_ms + lull_extra_ms;
+        let mut app = measured_fluid_app(offset_ms);
+        let cut = first_cut(&mut app, 8_000, |t| if t % period < on_ms { multiple } else { 0.0 });
+        proptest::prop_assert_eq!(
+            cut, None, "{:.2}x for {} ms every {} ms, offset {}", multiple, on_ms, period, offset_ms
+        );
+    }
+
+    /// Sustained arrivals above the app's capacity are always cut: within 1.2 s of the step
+    /// from half the capacity (the queue stood a window), within 400 ms from 2x (the
+    /// projection passes the allowance), at any phase against the windows.
+    #[test]
+    fn sustained_arrivals_above_capacity_are_always_cut(
+        multiple in 1.2f64..10.0,
+        offset_ms in 0u64..1_000,
+    ) {
+        let mut app = measured_fluid_app(0);
+        proptest::prop_assert_eq!(first_cut(&mut app, 2_000 + offset_ms, |_| 0.5), None);
+        let cut = first_cut(&mut app, 3_000, |_| multiple);
+        let within = if multiple >= 2.0 { 400 } else { 1_200 };
+        proptest::prop_assert!(
+            cut.is_some_and(|t| t <= within),
+            "{:.2}x, offset {}: cut at {:?} (within {} ms expected)", multiple, offset_ms, cut, within
+        );
+    }
+}
