@@ -564,7 +564,16 @@ impl Http1Link {
         (result, link)
     }
 
-    fn settle(self: Box<Self>) {
+    /// Back to the pool, if it is ready for the next request. One still writing the last
+    /// request's body (the app answered first) is closed instead: nobody would drive it in
+    /// the pool, and the caller sending that body would wait on it.
+    fn settle(mut self: Box<Self>) {
+        if !self.sender.is_ready() {
+            let quiet = &mut Context::from_waker(std::task::Waker::noop());
+            if self.poll_conn(quiet).is_ready() || !self.sender.is_ready() {
+                return;
+            }
+        }
         if let Some(pool) = self.pool.upgrade() {
             pool.checkin(self);
         }
@@ -753,6 +762,79 @@ mod tests {
         let body = send("/").await.unwrap().response.into_body();
         assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
         assert_eq!(accepted.load(Relaxed), 3);
+    }
+
+    /// A request body sent as its test sends it.
+    struct Sent(tokio::sync::mpsc::Receiver<Bytes>);
+
+    impl Body for Sent {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            self.0.poll_recv(cx).map(|piece| piece.map(|data| Ok(Frame::data(data))))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_http1_connection_the_app_answered_before_the_request_body_ended_is_closed() {
+        use http_body_util::BodyExt;
+        let settings = ClientSettings {
+            connect_timeout: Duration::from_secs(1),
+            max_idle_http1: 4,
+            idle_timeout: Duration::from_secs(10),
+            h2_connections: 1,
+        };
+        // An app that answers as soon as the head is here and keeps reading what follows (the
+        // connection stays open: nothing ends the exchange but weir).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else { continue };
+                count.fetch_add(1, Relaxed);
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    let mut answered = 0;
+                    while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                        seen.extend_from_slice(&buf[..n]);
+                        let heads = seen.windows(4).filter(|w| w == b"\r\n\r\n").count();
+                        for _ in answered..heads {
+                            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            let _ = stream.write_all(ok).await;
+                        }
+                        answered = answered.max(heads);
+                    }
+                });
+            }
+        });
+        let endpoint = Endpoint::new(addr, settings);
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(Bytes::from_static(b"part")).await.unwrap();
+        let body =
+            RequestBody::new(crate::body::CallerBody::new(Sent(rx)), Duration::from_secs(30));
+        let req = Request::post(format!("http://{addr}/"))
+            .header(http::header::HOST, addr.to_string())
+            .body(body)
+            .unwrap();
+        // The app answers without reading the body, which has not ended.
+        let answer = endpoint.send(Protocol::Http1, req).await.unwrap().response.into_body();
+        assert_eq!(answer.collect().await.unwrap().to_bytes(), "ok");
+        // Not pooled with the body still on its way: the caller's body is let go of at once
+        // (a pooled connection is driven by nobody, and the caller would wait on it).
+        tokio::time::timeout(Duration::from_secs(2), tx.closed())
+            .await
+            .expect("the request body is dropped with its connection");
+        let body = endpoint.send(Protocol::Http1, get_path(addr, "/")).await.unwrap();
+        assert_eq!(body.response.into_body().collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(accepted.load(Relaxed), 2);
     }
 
     fn get(addr: SocketAddr) -> Request<RequestBody> {
