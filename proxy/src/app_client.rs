@@ -4,11 +4,16 @@
 //! - HTTP/1.1: idle keep-alive connections are reused last-in first-out (the warmest one,
 //!   and the cold ones age out), an idle connection is closed after [`ClientSettings::
 //!   idle_timeout`], and at most [`ClientSettings::max_idle_http1`] are kept. A connection
-//!   goes back to the pool only once its response body has been read to the end. A request
-//!   that a pooled connection could not even start (the app closed it meanwhile) is tried
-//!   on another; an idempotent one that weir holds whole (no body, or one read ahead to its
-//!   end) and that a reused connection lost before its response came (the app closed it
-//!   as the request went out) is sent once more, on a fresh connection.
+//!   goes back to the pool only once its response body has been read to the end. A
+//!   connection has no task of its own: the request's task drives it while it waits for the
+//!   response head, and the response body ([`UpstreamBody`]) drives it as it is read (one
+//!   task woken per response, not two). An idle connection is driven by nobody: that the
+//!   app closed it meanwhile is found when it is next taken (it is then closed), or it ages
+//!   out at the next return to the pool. A request that a pooled connection could not even
+//!   start (the app closed it meanwhile) is tried on another; an idempotent one that weir
+//!   holds whole (no body, or one read ahead to its end) and that a reused connection lost
+//!   before its response came (the app closed it as the request went out) is sent once
+//!   more, on a fresh connection.
 //! - h2c (prior knowledge): a few shared connections, streams multiplexed on them, and no
 //!   stream can hold up the others. Each stream's receive window is [`H2_STREAM_WINDOW`]
 //!   and a connection carries at most [`H2_STREAMS_PER_CONNECTION`] streams, while its
@@ -28,12 +33,15 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::{pin, Pin};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
 use http::{Method, Request, Response};
-use hyper::body::Incoming;
+use hyper::body::{Body, Frame, Incoming, SizeHint};
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::net::TcpStream;
@@ -123,6 +131,19 @@ impl ClientError {
     }
 }
 
+/// An HTTP/1.1 connection to the upstream, as hyper's client hands it over.
+type Http1Conn = http1::Connection<TokioIo<TcpStream>, RequestBody>;
+
+/// One HTTP/1.1 connection: its sender, and the connection itself, which whoever holds the
+/// link drives (the request's task; see the module doc). Boxed once per connection, so it
+/// moves in and out of the pool as a pointer.
+struct Http1Link {
+    sender: http1::SendRequest<RequestBody>,
+    conn: Http1Conn,
+    /// Where it goes back once its response has been read (weak: the pool holds its links).
+    pool: std::sync::Weak<Http1Pool>,
+}
+
 /// One upstream address and its connections.
 #[derive(Debug)]
 pub struct Endpoint {
@@ -133,18 +154,26 @@ pub struct Endpoint {
 }
 
 /// The response head, and the connection lease to settle once its body has been read.
-pub struct Exchange<B = Incoming> {
+pub struct Exchange<B = UpstreamBody> {
     pub response: Response<B>,
     pub lease: Lease,
 }
 
-/// What an exchange holds until its response body has been read: an HTTP/1.1 connection
-/// (back to the pool when [`Lease::reusable`] is called after the body ended; closed when
-/// dropped otherwise), or an h2c stream's place on its connection.
+/// What an exchange holds until its response body has been read: an h2c stream's place on
+/// its connection. (An HTTP/1.1 connection is held by the response body itself, which
+/// drives it: see [`UpstreamBody`].)
 #[derive(Debug)]
 pub struct Lease {
-    held: Option<(http1::SendRequest<RequestBody>, Arc<Http1Pool>)>,
     stream: Option<StreamPlace>,
+}
+
+/// The upstream's response body. An HTTP/1.1 one carries the connection it arrives on and
+/// drives it as it is read; once read to its end, the connection goes back to the pool (at
+/// once, or when the body is dropped having seen its last byte); dropped before that, the
+/// connection is closed.
+pub struct UpstreamBody {
+    inner: Incoming,
+    link: Option<Box<Http1Link>>,
 }
 
 /// An h2c stream's place on its shared connection, and how that connection says a request
@@ -164,7 +193,7 @@ struct Http1Pool {
 
 #[derive(Debug)]
 struct Idle {
-    sender: http1::SendRequest<RequestBody>,
+    link: Box<Http1Link>,
     since: Instant,
 }
 
@@ -229,9 +258,9 @@ impl Endpoint {
         // Once a reused connection lost a request, only a fresh one is tried.
         let mut retried = false;
         loop {
-            let pooled = if retried { None } else { self.http1.checkout().await };
-            let (mut sender, pooled) = match pooled {
-                Some(sender) => (sender, true),
+            let pooled = if retried { None } else { self.http1.checkout() };
+            let (link, pooled) = match pooled {
+                Some(link) => (link, true),
                 // Boxed (here and for h2c): a new connection is rare, and its handshake's
                 // state would otherwise size every request's future.
                 None => (Box::pin(self.connect_http1()).await?, false),
@@ -239,10 +268,11 @@ impl Endpoint {
             // Only a reused connection can have been closed by the app as the request went
             // out; a copy is kept for that case alone.
             let again = if pooled { replay(&req) } else { None };
-            match sender.try_send_request(req).await {
+            let (sent, link) = link.round_trip(req).await;
+            match sent {
                 Ok(response) => {
-                    let lease = Lease { held: Some((sender, self.http1.clone())), stream: None };
-                    return Ok(Exchange { response, lease });
+                    let response = response.map(|inner| UpstreamBody { inner, link });
+                    return Ok(Exchange { response, lease: Lease::detached() });
                 }
                 Err(mut e) => {
                     if let Some(unsent) = e.take_message() {
@@ -301,7 +331,8 @@ impl Endpoint {
             };
             match sender.try_send_request(req).await {
                 Ok(response) => {
-                    let lease = Lease { held: None, stream: Some(place) };
+                    let lease = Lease { stream: Some(place) };
+                    let response = response.map(|inner| UpstreamBody { inner, link: None });
                     return Ok(Exchange { response, lease });
                 }
                 Err(mut e) => match e.take_message() {
@@ -323,15 +354,10 @@ impl Endpoint {
         Ok(TokioIo::new(stream))
     }
 
-    async fn connect_http1(&self) -> Result<http1::SendRequest<RequestBody>, ClientError> {
+    async fn connect_http1(&self) -> Result<Box<Http1Link>, ClientError> {
         let io = self.connect().await?;
         let (sender, conn) = http1::Builder::new().handshake(io).await?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "app connection (HTTP/1.1) ended");
-            }
-        });
-        Ok(sender)
+        Ok(Box::new(Http1Link { sender, conn, pool: Arc::downgrade(&self.http1) }))
     }
 
     async fn connect_h2(&self) -> Result<http2::SendRequest<RequestBody>, ClientError> {
@@ -395,7 +421,7 @@ fn lost_before_response(error: &hyper::Error) -> bool {
 // === impl AppClient for Endpoint ===
 
 impl AppClient for Endpoint {
-    type Body = Incoming;
+    type Body = UpstreamBody;
 
     #[inline]
     fn addr(&self) -> SocketAddr {
@@ -416,27 +442,32 @@ impl AppClient for Endpoint {
 
 impl Http1Pool {
     /// The most recently used idle connection that is still open, ready for a request.
-    async fn checkout(&self) -> Option<http1::SendRequest<RequestBody>> {
+    fn checkout(&self) -> Option<Box<Http1Link>> {
         loop {
             let mut idle = {
                 let mut pool = self.idle.lock().unwrap_or_else(|p| p.into_inner());
                 pool.pop_back()?
             };
-            if idle.sender.is_closed() || idle.since.elapsed() > self.idle_timeout {
+            if idle.since.elapsed() > self.idle_timeout {
                 continue;
             }
-            // Returned right after its body ended, the connection may still be finishing
-            // that exchange; this is immediate once it has (and fails if it closed).
-            if idle.sender.ready().await.is_ok() {
-                return Some(idle.sender);
+            // Nobody drove it while it was idle. Ready as its last exchange ended, it is taken
+            // as it is: the request's first drive reads the app's close, if it came, before
+            // it writes (and the request then goes to another connection, unsent).
+            if idle.link.sender.is_ready() {
+                return Some(idle.link);
+            }
+            // Still finishing its last exchange: driven once (without a waker: the request's
+            // own drive registers its task next), then closed if that did not finish it (it
+            // is still writing the last request's body, whose response came first).
+            let quiet = &mut Context::from_waker(std::task::Waker::noop());
+            if idle.link.poll_conn(quiet).is_pending() && idle.link.sender.is_ready() {
+                return Some(idle.link);
             }
         }
     }
 
-    fn checkin(&self, sender: http1::SendRequest<RequestBody>) {
-        if sender.is_closed() {
-            return;
-        }
+    fn checkin(&self, link: Box<Http1Link>) {
         let now = Instant::now();
         let mut pool = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         // The oldest sit at the front: drop those past the idle timeout, then keep the bound.
@@ -446,16 +477,17 @@ impl Http1Pool {
         if pool.len() >= self.max_idle {
             pool.pop_front();
         }
-        pool.push_back(Idle { sender, since: now });
+        pool.push_back(Idle { link, since: now });
     }
 }
 
 // === impl Lease ===
 
 impl Lease {
-    /// A lease that holds nothing (an upstream without pooled connections: a test's app).
+    /// A lease that holds nothing (an HTTP/1.1 exchange, whose body holds its connection, or
+    /// a test's app).
     pub fn detached() -> Self {
-        Lease { held: None, stream: None }
+        Lease { stream: None }
     }
 
     /// For an h2c stream: resolves when a request is waiting for a place on this stream's
@@ -465,11 +497,154 @@ impl Lease {
         self.stream.as_ref().map(|s| s.wanted.clone())
     }
 
-    /// The body was read to its end: the connection may serve the next request.
-    pub fn reusable(mut self) {
-        if let Some((sender, pool)) = self.held.take() {
-            pool.checkin(sender);
+    /// The body was read to its end: the h2c stream's place is free. (An HTTP/1.1
+    /// connection went back to its pool as the body ended.)
+    pub fn reusable(self) {}
+}
+
+// === impl Http1Link ===
+
+impl Http1Link {
+    /// Drives the connection; `Ready` once it has ended (closed, or failed), after which it
+    /// must not be driven again.
+    fn poll_conn(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.conn).poll(cx).map(|ended| {
+            if let Err(e) = ended {
+                tracing::debug!(error = %e, "app connection (HTTP/1.1) ended");
+            }
+        })
+    }
+
+    /// Sends `req` and drives the connection until the response head is here; the link
+    /// comes back unless the connection has ended.
+    async fn round_trip(
+        mut self: Box<Self>,
+        req: Request<RequestBody>,
+    ) -> (
+        Result<Response<Incoming>, hyper::client::conn::TrySendError<Request<RequestBody>>>,
+        Option<Box<Self>>,
+    ) {
+        let mut sent = pin!(self.sender.try_send_request(req));
+        let mut link = Some(self);
+        let mut written = false;
+        let result = std::future::poll_fn(|cx| {
+            // Only the connection answers, as this task drives it (or drops it): the answer
+            // is looked for after each drive, without a waker (one would only wake this
+            // task again, for nothing, as it drives the connection).
+            let quiet = &mut Context::from_waker(std::task::Waker::noop());
+            let Some(driven) = link.as_mut() else { return sent.as_mut().poll(cx) };
+            // Once the request is out, the task is woken when the answer is readable: it is
+            // read without a waker first, so that what reading it registers (the body's
+            // hand-over) wakes nobody later; the task is registered again only if the
+            // answer is not all here.
+            let mut ended = false;
+            if std::mem::replace(&mut written, true) {
+                ended = driven.poll_conn(quiet).is_ready();
+                if !ended {
+                    if let Poll::Ready(answer) = sent.as_mut().poll(quiet) {
+                        return Poll::Ready(answer);
+                    }
+                }
+            }
+            if !ended {
+                ended = driven.poll_conn(cx).is_ready();
+            }
+            let answered = sent.as_mut().poll(quiet);
+            if ended {
+                // It answers a request it took before it ends; dropping it answers one it
+                // never took.
+                link = None;
+                if answered.is_pending() {
+                    return sent.as_mut().poll(cx);
+                }
+            }
+            answered
+        })
+        .await;
+        (result, link)
+    }
+
+    /// Back to the pool, if it is ready for the next request. One still writing the last
+    /// request's body (the app answered first) is closed instead: nobody would drive it in
+    /// the pool, and the caller sending that body would wait on it.
+    fn settle(mut self: Box<Self>) {
+        if !self.sender.is_ready() {
+            let quiet = &mut Context::from_waker(std::task::Waker::noop());
+            if self.poll_conn(quiet).is_ready() || !self.sender.is_ready() {
+                return;
+            }
         }
+        if let Some(pool) = self.pool.upgrade() {
+            pool.checkin(self);
+        }
+    }
+}
+
+impl std::fmt::Debug for Http1Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Http1Link").finish_non_exhaustive()
+    }
+}
+
+// === impl UpstreamBody ===
+
+impl Body for UpstreamBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        let Some(link) = this.link.as_mut() else {
+            return Pin::new(&mut this.inner).poll_frame(cx);
+        };
+        // Only the connection feeds the body, as it is driven here: the body is read
+        // without a waker (one would only wake this task again as it drives the connection).
+        let quiet = &mut Context::from_waker(std::task::Waker::noop());
+        let mut polled = Pin::new(&mut this.inner).poll_frame(quiet);
+        if polled.is_pending() {
+            // Nothing here yet: the connection reads more into the body (or ends it).
+            if link.poll_conn(cx).is_ready() {
+                this.link = None;
+            }
+            polled = Pin::new(&mut this.inner).poll_frame(quiet);
+        }
+        if let Poll::Ready(None) = polled {
+            if let Some(link) = this.link.take() {
+                link.settle();
+            }
+        }
+        polled
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for UpstreamBody {
+    /// A body dropped having seen its last byte (a HEAD response's, one of length 0, or one
+    /// of known length read whole) leaves its connection reusable; any other closes it.
+    fn drop(&mut self) {
+        if let Some(link) = self.link.take() {
+            if self.inner.is_end_stream() {
+                link.settle();
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for UpstreamBody {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UpstreamBody").field("inner", &self.inner).finish_non_exhaustive()
     }
 }
 
@@ -498,6 +673,168 @@ mod tests {
             }
         });
         addr
+    }
+
+    /// An HTTP/1.1 app answering `/big` with 1 MiB and anything else with `ok`, counting the
+    /// connections it accepted; `/bye` answers and then closes its connection (no
+    /// `Connection: close`: as an app whose idle timer fires right after a response).
+    async fn http1_app() -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((stream, _)) = listener.accept().await else { continue };
+                count.fetch_add(1, Relaxed);
+                tokio::spawn(async move {
+                    let (bye_tx, bye_rx) = tokio::sync::oneshot::channel::<()>();
+                    let bye_tx = Mutex::new(Some(bye_tx));
+                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                        let body = match req.uri().path() {
+                            "/big" => vec![7u8; 1 << 20],
+                            "/bye" => {
+                                bye_tx.lock().unwrap().take().map(|tx| tx.send(()));
+                                b"ok".to_vec()
+                            }
+                            _ => b"ok".to_vec(),
+                        };
+                        let body = http_body_util::Full::new(bytes::Bytes::from(body));
+                        async { Ok::<_, std::convert::Infallible>(Response::new(body)) }
+                    });
+                    let conn = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service);
+                    let mut conn = std::pin::pin!(conn);
+                    tokio::select! {
+                        _ = conn.as_mut() => {}
+                        _ = bye_rx => {
+                            // Let the response go out, then close.
+                            let _ = tokio::time::timeout(Duration::from_millis(50), conn.as_mut()).await;
+                        }
+                    }
+                });
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn get_path(addr: SocketAddr, path: &str) -> Request<RequestBody> {
+        Request::get(format!("http://{addr}{path}"))
+            .header(http::header::HOST, addr.to_string())
+            .body(RequestBody::empty())
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn an_http1_connection_is_reused_once_read_closed_if_not_and_a_closed_one_is_skipped() {
+        use http_body_util::BodyExt;
+        let (addr, accepted) = http1_app().await;
+        let settings = ClientSettings {
+            connect_timeout: Duration::from_secs(1),
+            max_idle_http1: 4,
+            idle_timeout: Duration::from_secs(10),
+            h2_connections: 1,
+        };
+        let endpoint = Endpoint::new(addr, settings);
+        let send = |path: &'static str| endpoint.send(Protocol::Http1, get_path(addr, path));
+        // Read to the end, one after the other: one connection serves them all.
+        for _ in 0..5 {
+            let body = send("/").await.unwrap().response.into_body();
+            assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
+        }
+        // A large body is driven by its reader alone (no task of the connection's own).
+        let body = send("/big").await.unwrap().response.into_body();
+        assert_eq!(body.collect().await.unwrap().to_bytes().len(), 1 << 20);
+        assert_eq!(accepted.load(Relaxed), 1);
+        // Dropped before its end: that connection is closed, the next request opens another.
+        let mut body = send("/big").await.unwrap().response.into_body();
+        let first = body.frame().await.unwrap().unwrap();
+        assert!(first.is_data());
+        drop(body);
+        let body = send("/").await.unwrap().response.into_body();
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(accepted.load(Relaxed), 2);
+        // The app closes the pooled connection while it is idle (nobody drives it then): the
+        // next request still gets its answer, on a new connection.
+        let body = send("/bye").await.unwrap().response.into_body();
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let body = send("/").await.unwrap().response.into_body();
+        assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(accepted.load(Relaxed), 3);
+    }
+
+    /// A request body sent as its test sends it.
+    struct Sent(tokio::sync::mpsc::Receiver<Bytes>);
+
+    impl Body for Sent {
+        type Data = Bytes;
+        type Error = std::convert::Infallible;
+
+        fn poll_frame(
+            mut self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+        ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+            self.0.poll_recv(cx).map(|piece| piece.map(|data| Ok(Frame::data(data))))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_http1_connection_the_app_answered_before_the_request_body_ended_is_closed() {
+        use http_body_util::BodyExt;
+        let settings = ClientSettings {
+            connect_timeout: Duration::from_secs(1),
+            max_idle_http1: 4,
+            idle_timeout: Duration::from_secs(10),
+            h2_connections: 1,
+        };
+        // An app that answers as soon as the head is here and keeps reading what follows (the
+        // connection stays open: nothing ends the exchange but weir).
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            loop {
+                let Ok((mut stream, _)) = listener.accept().await else { continue };
+                count.fetch_add(1, Relaxed);
+                tokio::spawn(async move {
+                    let mut seen = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    let mut answered = 0;
+                    while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                        seen.extend_from_slice(&buf[..n]);
+                        let heads = seen.windows(4).filter(|w| w == b"\r\n\r\n").count();
+                        for _ in answered..heads {
+                            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            let _ = stream.write_all(ok).await;
+                        }
+                        answered = answered.max(heads);
+                    }
+                });
+            }
+        });
+        let endpoint = Endpoint::new(addr, settings);
+        let (tx, rx) = tokio::sync::mpsc::channel(1);
+        tx.send(Bytes::from_static(b"part")).await.unwrap();
+        let body =
+            RequestBody::new(crate::body::CallerBody::new(Sent(rx)), Duration::from_secs(30));
+        let req = Request::post(format!("http://{addr}/"))
+            .header(http::header::HOST, addr.to_string())
+            .body(body)
+            .unwrap();
+        // The app answers without reading the body, which has not ended.
+        let answer = endpoint.send(Protocol::Http1, req).await.unwrap().response.into_body();
+        assert_eq!(answer.collect().await.unwrap().to_bytes(), "ok");
+        // Not pooled with the body still on its way: the caller's body is let go of at once
+        // (a pooled connection is driven by nobody, and the caller would wait on it).
+        tokio::time::timeout(Duration::from_secs(2), tx.closed())
+            .await
+            .expect("the request body is dropped with its connection");
+        let body = endpoint.send(Protocol::Http1, get_path(addr, "/")).await.unwrap();
+        assert_eq!(body.response.into_body().collect().await.unwrap().to_bytes(), "ok");
+        assert_eq!(accepted.load(Relaxed), 2);
     }
 
     fn get(addr: SocketAddr) -> Request<RequestBody> {
