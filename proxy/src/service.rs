@@ -266,6 +266,14 @@ impl<A: AppClient> Inbound<A> {
             }
         };
 
+        // A budget spent before the body was even waited for (`grpc-timeout: 0m`, a deadline
+        // the caller let pass): refused as past its deadline now. Waiting for the body first
+        // would end it as a caller late with its body (504, gRPC status 4) whenever the body
+        // had not come with the head, so the answer would depend on a race.
+        if deadline <= Instant::now() && !self.shadow() {
+            return self.refuse(grpc, ShedReason::Deadline, priority);
+        }
+
         // Body: one of declared length takes a slot only once it is here (see
         // `body_before_slot`); the wait for a slot starts then.
         let ready = match self.body_before_slot(&mut body, arrival, deadline).await {
