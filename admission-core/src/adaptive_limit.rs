@@ -96,6 +96,10 @@ pub struct AdaptiveLimitConfig {
     /// its baseline time plus this (its own queue of up to this long stays in it): the
     /// queuing threshold of the overload detector (`admission.queuing_threshold`).
     pub healthy_queue: Duration,
+    /// A middle hop (the egress role on: its app's calls lend their slots): the healthy
+    /// queue stays in the app even while the level refuses, measured at the best completion
+    /// rate over the horizon (see the module doc).
+    pub middle_hop: bool,
 }
 
 impl Default for AdaptiveLimitConfig {
@@ -114,6 +118,7 @@ impl Default for AdaptiveLimitConfig {
             rate_tolerance: 0.1,
             refresh_every: Duration::from_secs(5),
             healthy_queue: Duration::from_millis(20),
+            middle_hop: false,
         }
     }
 }
@@ -311,6 +316,11 @@ impl AdaptiveLimit {
             ..AdaptiveLimitConfig::default()
         };
         Self::new(cfg, now)
+    }
+
+    /// See [`AdaptiveLimitConfig::middle_hop`].
+    pub fn set_middle_hop(&mut self, on: bool) {
+        self.cfg.middle_hop = on;
     }
 
     /// The limit in force now.
@@ -615,9 +625,10 @@ impl AdaptiveLimit {
         target: usize,
     ) -> bool {
         let mut target = target.clamp(self.cfg.floor, self.cfg.ceiling);
-        if !self.refusing {
+        if !self.refusing || self.cfg.middle_hop {
             // Nothing refused: the app keeps a queue the detector calls healthy (moved into
             // the sidecar, it would read as an overload, and no priority order is needed).
+            // (A middle hop keeps it while refusing too: see `healthy`.)
             target = target.max(self.healthy(now));
             if target >= self.limit {
                 return false;
@@ -707,6 +718,15 @@ impl AdaptiveLimit {
         // what was measured after the cut, and what the app held before it, it serves.
         self.undone += 1;
         self.limit = t.search_from;
+        if self.cfg.middle_hop {
+            // A middle hop's app may hold a worker while it waits on its calls (their slots
+            // are lent): its own time then includes the wait for a worker those calls hold,
+            // which no cut of the limit brings down. Back to what it held before the cut
+            // (plus the headroom), not to the ceiling: undone to 256, a 16-worker hop took
+            // 130 requests into its own queue, where no priority order applies.
+            let held = (t.before_held * (1.0 + self.cfg.headroom)).ceil() as usize;
+            self.limit = held.max(t.target + 1).min(t.search_from);
+        }
         self.history.clear();
         let peak = t.before_held.ceil() as usize;
         self.history.push_back(Record {
@@ -774,8 +794,20 @@ impl AdaptiveLimit {
     /// from) in its baseline own time plus the healthy queue: the least a cut leaves it while
     /// the level refuses nothing. (Not from the mean own time: a slower app must never be
     /// left more.)
+    ///
+    /// A middle hop's arrivals are what its callers let through after its own level and its
+    /// downstreams' (an entry refuses by them): while it refuses, its completion rate says
+    /// what it was sent, not what it needs, and a knee searched at that rate left the app
+    /// less than it needs once the callers send again (a 16-worker hop with 20 ms of own
+    /// work at 250/s searched down to 4). Its queue then built in the sidecar, its level
+    /// cut, and the healthy API it serves beside the overloaded one was refused at its door.
+    /// So a middle hop keeps the healthy queue at the best completion rate over the horizon,
+    /// refusing or not.
     fn healthy(&self, now: Nanos) -> usize {
-        let rate = self.recent_rate(now, 0).max(self.trial.map_or(0.0, |t| t.ref_rate));
+        let mut rate = self.recent_rate(now, 0).max(self.trial.map_or(0.0, |t| t.ref_rate));
+        if self.cfg.middle_hop {
+            rate = rate.max(self.max_rate());
+        }
         let span = self.baseline() as f64 + self.cfg.healthy_queue.as_nanos() as f64;
         ((rate * span / 1e9).ceil() as usize).clamp(self.cfg.floor, self.cfg.ceiling)
     }

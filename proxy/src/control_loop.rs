@@ -38,6 +38,12 @@ impl ControlLoop {
         ControlLoop { adaptive: Mutex::new(limit) }
     }
 
+    /// The app is a middle hop (the egress role on): see
+    /// [`AdaptiveLimitConfig::middle_hop`].
+    pub fn set_middle_hop(&self, on: bool) {
+        self.adaptive().set_middle_hop(on);
+    }
+
     fn adaptive(&self) -> MutexGuard<'_, AdaptiveLimit> {
         // Nothing under the lock can panic midway; a poisoned lock still holds a usable state.
         self.adaptive.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

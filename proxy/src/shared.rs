@@ -62,6 +62,7 @@ impl Shared {
             config.admission.queuing_threshold,
             engine.clock().now(),
         );
+        control.set_middle_hop(config.egress.enabled);
         let limit = InflightLimit::new(control.limit(), config.inbound.max_queued);
         // With the egress role on, the app's calls are paired with the requests they serve,
         // so the limit sees the app's own time, not its downstreams'.
