@@ -96,9 +96,8 @@ pub struct AdaptiveLimitConfig {
     /// its baseline time plus this (its own queue of up to this long stays in it): the
     /// queuing threshold of the overload detector (`admission.queuing_threshold`).
     pub healthy_queue: Duration,
-    /// A middle hop (the egress role on: its app's calls lend their slots): the healthy
-    /// queue stays in the app even while the level refuses, measured at the best completion
-    /// rate over the horizon (see the module doc).
+    /// A middle hop (the egress role on: its app's calls lend their slots): a cut undone
+    /// goes back to what the app held before it, not to the ceiling (see `settle_trial`).
     pub middle_hop: bool,
 }
 
@@ -264,6 +263,9 @@ pub struct AdaptiveLimit {
     frozen_from: Option<usize>,
     /// A search has measured the baseline below the app's knee.
     confirmed: bool,
+    /// The app's slots are held mostly by requests waiting on slow downstreams (a middle
+    /// hop's routes that do not call them are spared by its level): see `healthy`.
+    downstream_bound: bool,
     /// Since when every judged interval has looked like the app's queue.
     suspicious_since: Option<Nanos>,
     /// When the limit last changed: an interval that began before it had settled (one
@@ -300,6 +302,7 @@ impl AdaptiveLimit {
             held_at_start: 0,
             frozen_from: None,
             confirmed: false,
+            downstream_bound: false,
             suspicious_since: None,
             changed_at: now,
             cuts: 0,
@@ -321,6 +324,12 @@ impl AdaptiveLimit {
     /// See [`AdaptiveLimitConfig::middle_hop`].
     pub fn set_middle_hop(&mut self, on: bool) {
         self.cfg.middle_hop = on;
+    }
+
+    /// Whether the app's slots are held mostly by requests waiting on slow downstreams now
+    /// (a middle hop's per-route levels say so): see `healthy`.
+    pub fn set_downstream_bound(&mut self, on: bool) {
+        self.downstream_bound = on;
     }
 
     /// The limit in force now.
@@ -625,10 +634,10 @@ impl AdaptiveLimit {
         target: usize,
     ) -> bool {
         let mut target = target.clamp(self.cfg.floor, self.cfg.ceiling);
-        if !self.refusing || self.cfg.middle_hop {
+        if !self.refusing || self.downstream_bound {
             // Nothing refused: the app keeps a queue the detector calls healthy (moved into
             // the sidecar, it would read as an overload, and no priority order is needed).
-            // (A middle hop keeps it while refusing too: see `healthy`.)
+            // (A middle hop bound by its downstreams keeps it while refusing too: `healthy`.)
             target = target.max(self.healthy(now));
             if target >= self.limit {
                 return false;
@@ -801,11 +810,14 @@ impl AdaptiveLimit {
     /// less than it needs once the callers send again (a 16-worker hop with 20 ms of own
     /// work at 250/s searched down to 4). Its queue then built in the sidecar, its level
     /// cut, and the healthy API it serves beside the overloaded one was refused at its door.
-    /// So a middle hop keeps the healthy queue at the best completion rate over the horizon,
-    /// refusing or not.
+    /// So while its slots are held mostly by requests waiting on slow downstreams (its level
+    /// spares the routes that do not call them), a middle hop keeps the healthy queue at the
+    /// best completion rate over the horizon, refusing or not. (A middle hop overloaded by
+    /// its own work goes to the knee as any app: its queue then belongs in the sidecar,
+    /// where the priority order applies.)
     fn healthy(&self, now: Nanos) -> usize {
         let mut rate = self.recent_rate(now, 0).max(self.trial.map_or(0.0, |t| t.ref_rate));
-        if self.cfg.middle_hop {
+        if self.downstream_bound {
             rate = rate.max(self.max_rate());
         }
         let span = self.baseline() as f64 + self.cfg.healthy_queue.as_nanos() as f64;

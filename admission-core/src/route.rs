@@ -818,6 +818,13 @@ impl<C: Clock> RouteHolds<C> {
         spared.0.iter().any(|r| &**r == route)
     }
 
+    /// Whether any route is spared now: the app's slots are held mostly by requests
+    /// waiting on slow downstreams.
+    pub fn sparing(&self) -> bool {
+        let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());
+        !spared.0.is_empty() && self.clock.now().saturating_sub(spared.1) <= HOLD_STALE
+    }
+
     /// The routes spared now (for status and tests).
     pub fn spared(&self) -> Vec<String> {
         let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());

@@ -44,6 +44,12 @@ impl ControlLoop {
         self.adaptive().set_middle_hop(on);
     }
 
+    /// The app's slots are held mostly by requests waiting on slow downstreams now: see
+    /// [`AdaptiveLimit::set_downstream_bound`].
+    pub fn set_downstream_bound(&self, on: bool) {
+        self.adaptive().set_downstream_bound(on);
+    }
+
     fn adaptive(&self) -> MutexGuard<'_, AdaptiveLimit> {
         // Nothing under the lock can panic midway; a poisoned lock still holds a usable state.
         self.adaptive.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

@@ -286,9 +286,11 @@ fn settles_just_above_the_apps_concurrency_when_saturated() {
 }
 
 /// A middle hop's arrivals are what its callers let through: while its level refuses, a
-/// knee searched at that rate starves it once they send again. It keeps the healthy queue
-/// (its best completion rate over its baseline time plus the detector's threshold) while
-/// refusing too; an inbound-only sidecar goes to the knee as before.
+/// knee searched at that rate starves it once they send again. While its slots are held
+/// mostly by requests waiting on slow downstreams it keeps the healthy queue (its best
+/// completion rate over its baseline time plus the detector's threshold) while refusing
+/// too; otherwise (an inbound-only sidecar, or one overloaded by its own work) it goes to
+/// the knee as before.
 #[test]
 fn a_middle_hop_keeps_its_healthy_queue_while_refusing() {
     let workers = 4;
@@ -296,6 +298,7 @@ fn a_middle_hop_keeps_its_healthy_queue_while_refusing() {
         let cfg =
             AdaptiveLimitConfig { ceiling: 256, middle_hop, ..AdaptiveLimitConfig::default() };
         let mut l = AdaptiveLimit::new(cfg, 0);
+        l.set_downstream_bound(middle_hop);
         let mut m = Model::new(workers, Service::Fixed(10 * MS), 1);
         m.run(&mut l, 1_000 * MS, Arrivals::Poisson(400.0 / 3.0));
         m.run(&mut l, 5_000 * MS, Arrivals::Saturated);
