@@ -96,6 +96,9 @@ pub struct AdaptiveLimitConfig {
     /// its baseline time plus this (its own queue of up to this long stays in it): the
     /// queuing threshold of the overload detector (`admission.queuing_threshold`).
     pub healthy_queue: Duration,
+    /// A middle hop (the egress role on: its app's calls lend their slots): a cut undone
+    /// goes back to what the app held before it, not to the ceiling (see `settle_trial`).
+    pub middle_hop: bool,
 }
 
 impl Default for AdaptiveLimitConfig {
@@ -114,6 +117,7 @@ impl Default for AdaptiveLimitConfig {
             rate_tolerance: 0.1,
             refresh_every: Duration::from_secs(5),
             healthy_queue: Duration::from_millis(20),
+            middle_hop: false,
         }
     }
 }
@@ -259,6 +263,9 @@ pub struct AdaptiveLimit {
     frozen_from: Option<usize>,
     /// A search has measured the baseline below the app's knee.
     confirmed: bool,
+    /// The app's slots are held mostly by requests waiting on slow downstreams (a middle
+    /// hop's routes that do not call them are spared by its level): see `healthy`.
+    downstream_bound: bool,
     /// Since when every judged interval has looked like the app's queue.
     suspicious_since: Option<Nanos>,
     /// When the limit last changed: an interval that began before it had settled (one
@@ -295,6 +302,7 @@ impl AdaptiveLimit {
             held_at_start: 0,
             frozen_from: None,
             confirmed: false,
+            downstream_bound: false,
             suspicious_since: None,
             changed_at: now,
             cuts: 0,
@@ -311,6 +319,17 @@ impl AdaptiveLimit {
             ..AdaptiveLimitConfig::default()
         };
         Self::new(cfg, now)
+    }
+
+    /// See [`AdaptiveLimitConfig::middle_hop`].
+    pub fn set_middle_hop(&mut self, on: bool) {
+        self.cfg.middle_hop = on;
+    }
+
+    /// Whether the app's slots are held mostly by requests waiting on slow downstreams now
+    /// (a middle hop's per-route levels say so): see `healthy`.
+    pub fn set_downstream_bound(&mut self, on: bool) {
+        self.downstream_bound = on;
     }
 
     /// The limit in force now.
@@ -615,9 +634,10 @@ impl AdaptiveLimit {
         target: usize,
     ) -> bool {
         let mut target = target.clamp(self.cfg.floor, self.cfg.ceiling);
-        if !self.refusing {
+        if !self.refusing || self.downstream_bound {
             // Nothing refused: the app keeps a queue the detector calls healthy (moved into
             // the sidecar, it would read as an overload, and no priority order is needed).
+            // (A middle hop bound by its downstreams keeps it while refusing too: `healthy`.)
             target = target.max(self.healthy(now));
             if target >= self.limit {
                 return false;
@@ -707,6 +727,15 @@ impl AdaptiveLimit {
         // what was measured after the cut, and what the app held before it, it serves.
         self.undone += 1;
         self.limit = t.search_from;
+        if self.cfg.middle_hop {
+            // A middle hop's app may hold a worker while it waits on its calls (their slots
+            // are lent): its own time then includes the wait for a worker those calls hold,
+            // which no cut of the limit brings down. Back to what it held before the cut
+            // (plus the headroom), not to the ceiling: undone to 256, a 16-worker hop took
+            // 130 requests into its own queue, where no priority order applies.
+            let held = (t.before_held * (1.0 + self.cfg.headroom)).ceil() as usize;
+            self.limit = held.max(t.target + 1).min(t.search_from);
+        }
         self.history.clear();
         let peak = t.before_held.ceil() as usize;
         self.history.push_back(Record {
@@ -774,8 +803,23 @@ impl AdaptiveLimit {
     /// from) in its baseline own time plus the healthy queue: the least a cut leaves it while
     /// the level refuses nothing. (Not from the mean own time: a slower app must never be
     /// left more.)
+    ///
+    /// A middle hop's arrivals are what its callers let through after its own level and its
+    /// downstreams' (an entry refuses by them): while it refuses, its completion rate says
+    /// what it was sent, not what it needs, and a knee searched at that rate left the app
+    /// less than it needs once the callers send again (a 16-worker hop with 20 ms of own
+    /// work at 250/s searched down to 4). Its queue then built in the sidecar, its level
+    /// cut, and the healthy API it serves beside the overloaded one was refused at its door.
+    /// So while its slots are held mostly by requests waiting on slow downstreams (its level
+    /// spares the routes that do not call them), a middle hop keeps the healthy queue at the
+    /// best completion rate over the horizon, refusing or not. (A middle hop overloaded by
+    /// its own work goes to the knee as any app: its queue then belongs in the sidecar,
+    /// where the priority order applies.)
     fn healthy(&self, now: Nanos) -> usize {
-        let rate = self.recent_rate(now, 0).max(self.trial.map_or(0.0, |t| t.ref_rate));
+        let mut rate = self.recent_rate(now, 0).max(self.trial.map_or(0.0, |t| t.ref_rate));
+        if self.downstream_bound {
+            rate = rate.max(self.max_rate());
+        }
         let span = self.baseline() as f64 + self.cfg.healthy_queue.as_nanos() as f64;
         ((rate * span / 1e9).ceil() as usize).clamp(self.cfg.floor, self.cfg.ceiling)
     }

@@ -701,5 +701,196 @@ impl<C: Clock> RefusalAges<C> {
     }
 }
 
+/// How often [`RouteHolds`] closes its window and decides again.
+pub const HOLD_WINDOW: Duration = Duration::from_millis(200);
+/// A decision older than this (no answers since) spares nothing.
+const HOLD_STALE: Nanos = 2_000_000_000;
+/// Weight of the newest window in the smoothed figures (a route of a few tens a second
+/// has a handful of answers in one window).
+const HOLD_SMOOTHING: f64 = 0.3;
+/// A route is light when its requests wait on downstreams at most this share of the
+/// slowest route's wait.
+const LIGHT_WAIT: f64 = 0.5;
+/// The heavy routes' downstream waits must hold at least this share of everything the app
+/// holds before the light ones are spared...
+const HEAVY_SHARE: f64 = 1.0 / 3.0;
+/// ...and they stay spared until it falls below this (hysteresis: refused at the door, the
+/// heavy routes hold less of the app, which is what sparing the others is for).
+const HEAVY_SHARE_KEEP: f64 = 0.2;
+/// Waits shorter than this are no downstream's overload (a call's own round trip).
+const HOLD_MIN_WAIT: f64 = 2_000_000.0;
+
+/// Which routes the sidecar's own level spares (docs/design.md, "Per-route levels"): a
+/// middle hop whose app holds a worker while it waits on its calls is saturated by the
+/// route whose downstream answers slowly, not by the routes that call healthy ones. While
+/// the app's workers are held mostly by requests waiting on slow downstreams, its own level
+/// refuses only those routes (TopFull's per-API share): the light routes keep their
+/// downstreams' levels and nothing of the own level, and the level's feedback (the queue
+/// stays until enough of the heavy routes is refused) cuts the heavy ones deeper instead.
+///
+/// Per route, over windows of [`HOLD_WINDOW`] (smoothed): answers per second, the mean time
+/// a request held the app (dispatch to response headers) and the mean of that spent waiting
+/// on downstreams. A route is **heavy** when its mean wait is above half the slowest
+/// route's (and above [`HOLD_MIN_WAIT`]), **light** otherwise. The light routes are spared
+/// while the heavy routes' waits (rate x mean wait: the slots they hold waiting) are at
+/// least a third of everything the app holds (rate x mean hold, all routes): refusing the
+/// heavy routes alone frees that much (and until it falls below a fifth). Once they are refused enough (or their downstream
+/// recovers), the share falls and the own level applies to every route again, so an app
+/// overloaded by its light routes' own work is never left without its level. At most
+/// `max_routes` routes are followed (others are never spared).
+pub struct RouteHolds<C: Clock> {
+    clock: C,
+    max_routes: usize,
+    state: Mutex<HoldState>,
+    /// The routes spared now, and when that was decided.
+    spared: RwLock<(Vec<Box<str>>, Nanos)>,
+}
+
+#[derive(Debug, Default)]
+struct HoldState {
+    window_start: Nanos,
+    routes: HashMap<Box<str>, RouteHold>,
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct RouteHold {
+    /// The open window.
+    answers: u32,
+    hold_ns: u64,
+    wait_ns: u64,
+    /// Smoothed: answers per second, mean hold and mean wait (nanoseconds).
+    rate: f64,
+    hold: f64,
+    wait: f64,
+    /// Windows in a row without an answer.
+    idle: u32,
+}
+
+/// A route not answered for this many windows is forgotten.
+const HOLD_FORGET: u32 = 50;
+
+// === impl RouteHolds ===
+
+impl<C: Clock> RouteHolds<C> {
+    pub fn new(max_routes: usize, clock: C) -> Self {
+        let now = clock.now();
+        RouteHolds {
+            clock,
+            max_routes,
+            state: Mutex::new(HoldState { window_start: now, routes: HashMap::new() }),
+            spared: RwLock::new((Vec::new(), now)),
+        }
+    }
+
+    /// A request of `route` held the app for `hold`, of which `wait` waiting on downstreams.
+    pub fn record(&self, route: &str, hold: Duration, wait: Duration) {
+        if !valid_route(route) {
+            return;
+        }
+        let now = self.clock.now();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let full = state.routes.len() >= self.max_routes;
+        match state.routes.get_mut(route) {
+            Some(r) => r.add(hold, wait),
+            None if full => {}
+            None => {
+                let mut r = RouteHold::default();
+                r.add(hold, wait);
+                state.routes.insert(route.into(), r);
+            }
+        }
+        let elapsed = now.saturating_sub(state.window_start);
+        if elapsed >= HOLD_WINDOW.as_nanos() as u64 {
+            state.window_start = now;
+            let sparing = !self.spared.read().unwrap_or_else(|p| p.into_inner()).0.is_empty();
+            let share = if sparing { HEAVY_SHARE_KEEP } else { HEAVY_SHARE };
+            let spared = close_window(&mut state.routes, elapsed as f64 / 1e9, share);
+            *self.spared.write().unwrap_or_else(|p| p.into_inner()) = (spared, now);
+        }
+    }
+
+    /// Whether the own level spares `route` now.
+    pub fn spares(&self, route: &str) -> bool {
+        let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());
+        if spared.0.is_empty() || self.clock.now().saturating_sub(spared.1) > HOLD_STALE {
+            return false;
+        }
+        spared.0.iter().any(|r| &**r == route)
+    }
+
+    /// Whether any route is spared now: the app's slots are held mostly by requests
+    /// waiting on slow downstreams.
+    pub fn sparing(&self) -> bool {
+        let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());
+        !spared.0.is_empty() && self.clock.now().saturating_sub(spared.1) <= HOLD_STALE
+    }
+
+    /// The routes spared now (for status and tests).
+    pub fn spared(&self) -> Vec<String> {
+        let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());
+        if self.clock.now().saturating_sub(spared.1) > HOLD_STALE {
+            return Vec::new();
+        }
+        spared.0.iter().map(|r| r.to_string()).collect()
+    }
+
+    /// Routes followed.
+    pub fn routes(&self) -> usize {
+        self.state.lock().unwrap_or_else(|p| p.into_inner()).routes.len()
+    }
+}
+
+impl RouteHold {
+    fn add(&mut self, hold: Duration, wait: Duration) {
+        let hold = hold.as_nanos().min(u64::MAX as u128) as u64;
+        let wait = (wait.as_nanos().min(u64::MAX as u128) as u64).min(hold);
+        self.answers = self.answers.saturating_add(1);
+        self.hold_ns = self.hold_ns.saturating_add(hold);
+        self.wait_ns = self.wait_ns.saturating_add(wait);
+    }
+}
+
+/// Folds the window into the smoothed figures and decides which routes are spared.
+fn close_window(routes: &mut HashMap<Box<str>, RouteHold>, secs: f64, share: f64) -> Vec<Box<str>> {
+    let a = HOLD_SMOOTHING;
+    routes.retain(|_, r| {
+        let rate = f64::from(r.answers) / secs.max(1e-9);
+        let first = r.rate == 0.0 && r.hold == 0.0;
+        r.rate = if first { rate } else { r.rate + a * (rate - r.rate) };
+        if r.answers > 0 {
+            let n = f64::from(r.answers);
+            let (hold, wait) = (r.hold_ns as f64 / n, r.wait_ns as f64 / n);
+            if first {
+                (r.hold, r.wait) = (hold, wait);
+            } else {
+                r.hold += a * (hold - r.hold);
+                r.wait += a * (wait - r.wait);
+            }
+            r.idle = 0;
+        } else {
+            r.idle += 1;
+        }
+        (r.answers, r.hold_ns, r.wait_ns) = (0, 0, 0);
+        r.idle < HOLD_FORGET
+    });
+    let slowest = routes.values().map(|r| r.wait).fold(0.0, f64::max);
+    if slowest < HOLD_MIN_WAIT {
+        return Vec::new();
+    }
+    let heavy = |r: &RouteHold| r.wait > LIGHT_WAIT * slowest;
+    let held: f64 = routes.values().map(|r| r.rate * r.hold).sum();
+    let waiting: f64 = routes.values().filter(|r| heavy(r)).map(|r| r.rate * r.wait).sum();
+    if held <= 0.0 || waiting < share * held {
+        return Vec::new();
+    }
+    routes.iter().filter(|(_, r)| !heavy(r)).map(|(name, _)| name.clone()).collect()
+}
+
+impl<C: Clock> std::fmt::Debug for RouteHolds<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteHolds").field("spared", &self.spared()).finish()
+    }
+}
+
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,18 @@ impl ControlLoop {
         ControlLoop { adaptive: Mutex::new(limit) }
     }
 
+    /// The app is a middle hop (the egress role on): see
+    /// [`AdaptiveLimitConfig::middle_hop`].
+    pub fn set_middle_hop(&self, on: bool) {
+        self.adaptive().set_middle_hop(on);
+    }
+
+    /// The app's slots are held mostly by requests waiting on slow downstreams now: see
+    /// [`AdaptiveLimit::set_downstream_bound`].
+    pub fn set_downstream_bound(&self, on: bool) {
+        self.adaptive().set_downstream_bound(on);
+    }
+
     fn adaptive(&self) -> MutexGuard<'_, AdaptiveLimit> {
         // Nothing under the lock can panic midway; a poisoned lock still holds a usable state.
         self.adaptive.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

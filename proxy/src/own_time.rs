@@ -108,6 +108,8 @@ pub struct Visit {
     key: u64,
     /// The key's waited time when the request arrived.
     waited_before: Duration,
+    /// When it went to the app.
+    start: Instant,
 }
 
 /// An outbound call in flight; ends (and stops the wait) on drop.
@@ -214,14 +216,20 @@ impl DownstreamWaits {
         entry.probe = probe;
         entry.inbound += 1;
         entry.settle_lending(&self.limit);
-        Some(Visit { key, waited_before: entry.waited_until(Instant::now()) })
+        let start = Instant::now();
+        Some(Visit { key, waited_before: entry.waited_until(start), start })
     }
 
     /// The app answered the request of `visit`: how long it waited on downstreams meanwhile.
     pub fn end(&self, visit: Visit) -> Duration {
         let mut shard = self.shard(visit.key);
         let Some(entry) = shard.get_mut(&visit.key) else { return Duration::ZERO };
-        let waited = entry.waited_until(Instant::now()).saturating_sub(visit.waited_before);
+        let now = Instant::now();
+        let waited = entry.waited_until(now).saturating_sub(visit.waited_before);
+        if let (Some(routes), Some(route)) = (&self.routes, &entry.route) {
+            // How long the request held the app, and how much of it waiting on calls.
+            routes.holds.record(route, now.saturating_duration_since(visit.start), waited);
+        }
         entry.inbound = entry.inbound.saturating_sub(1);
         entry.settle_lending(&self.limit);
         if entry.inbound == 0 && entry.calls == 0 {

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use admission_core::downstream::DownstreamLevels;
 use admission_core::route::{
-    RefusalAges, RetryMemory, RouteDependencies, RouteDoor, RouteLevels, PROBE_DIVISOR,
+    RefusalAges, RetryMemory, RouteDependencies, RouteDoor, RouteHolds, RouteLevels, PROBE_DIVISOR,
 };
 use admission_core::table::normalize_path;
 use admission_core::{AdmissionLevel, MonotonicClock, Priority};
@@ -46,6 +46,9 @@ pub struct RouteState {
     pub route_levels: RouteLevels<MonotonicClock>,
     /// Calls a downstream refused, whose retries wait for its level to change.
     pub retries: RetryMemory<MonotonicClock>,
+    /// How long each route's requests hold the app waiting on downstreams: which routes
+    /// the own level spares.
+    pub holds: RouteHolds<MonotonicClock>,
     /// How often a route the door refuses wholly on stale news lets a probe through.
     probe_every: Duration,
 }
@@ -69,6 +72,7 @@ impl RouteState {
                 clock,
             ),
             retries: RetryMemory::new(level_expiry, config.retry_memory, clock),
+            holds: RouteHolds::new(config.max_routes, clock),
             probe_every: level_expiry / PROBE_DIVISOR,
         }
     }
@@ -90,11 +94,23 @@ impl RouteState {
         })
     }
 
-    /// The level to stamp on `route`'s responses.
+    /// Whether the sidecar's own level (`own`) spares `route` now: the app's workers are
+    /// held mostly by other routes' requests waiting on slow downstreams ([`RouteHolds`]),
+    /// so those routes take the cut. Only while `own` admits the top business class whole:
+    /// once the heavy routes' top class is refused too, the level applies to every route
+    /// again (business priority is global; a spared route's lower classes must not pass
+    /// while another route's top class is refused).
+    pub fn spares(&self, route: &str, own: AdmissionLevel) -> bool {
+        self.enabled && own.priority().business > 0 && self.holds.spares(route)
+    }
+
+    /// The level to stamp on `route`'s responses: min(own, its downstreams'), without the
+    /// own level while it spares the route.
     pub fn aggregated(&self, route: &str, own: AdmissionLevel) -> AdmissionLevel {
         if !self.enabled {
             return own;
         }
+        let own = if self.spares(route, own) { AdmissionLevel::FULLY_OPEN } else { own };
         self.deps.aggregated(route, own, |a, r| self.cached(a, r))
     }
 }

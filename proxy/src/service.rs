@@ -234,8 +234,9 @@ impl<A: AppClient> Inbound<A> {
 
         // The route's door: a downstream this route calls would refuse it (per-route levels),
         // so the app does not spend work on it first.
-        let mut probe = false;
+        let (mut probe, mut spared) = (false, false);
         if let (Some(routes), Some(route)) = (&self.routes, route) {
+            spared = routes.spares(route, engine.level());
             match routes.door(route, priority) {
                 RouteDoor::Pass => {}
                 RouteDoor::Probe => probe = true,
@@ -245,9 +246,12 @@ impl<A: AppClient> Inbound<A> {
         }
 
         // Admission.
+        // (Counted in the level's histogram either way; a route the own level spares is
+        // not refused by it: see `RouteHolds`.)
         let mut would_shed = match engine.admit(priority) {
             Decision::Admit => false,
             Decision::WouldShed => true,
+            Decision::Shed if spared => false,
             Decision::Shed => return self.refuse(grpc, ShedReason::Overload, priority),
         };
 
@@ -281,8 +285,12 @@ impl<A: AppClient> Inbound<A> {
             Err(failure) => return self.error(failure.error(), grpc),
         };
 
-        // Queue.
-        let waiter = self.waiter(priority, ready, deadline);
+        // Queue. A route the own level spares waits ahead of the routes it refuses (their
+        // requests hold the app waiting on slow downstreams: they take the cut, at the door
+        // and in the queue; see `RouteHolds`). Only while the level admits the top class
+        // whole: once it refuses some of it, nothing is spared and the class order holds.
+        let queued_as = if spared { Priority::MOST_IMPORTANT } else { priority };
+        let waiter = self.waiter(queued_as, ready, deadline);
         let (slot, queued) = match self.shared.limit.try_slot() {
             Some(slot) => {
                 engine.record_queuing(Duration::ZERO);

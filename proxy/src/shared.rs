@@ -62,6 +62,7 @@ impl Shared {
             config.admission.queuing_threshold,
             engine.clock().now(),
         );
+        control.set_middle_hop(config.egress.enabled);
         let limit = InflightLimit::new(control.limit(), config.inbound.max_queued);
         // With the egress role on, the app's calls are paired with the requests they serve,
         // so the limit sees the app's own time, not its downstreams'.
@@ -102,6 +103,9 @@ impl Shared {
     /// The window timer's turn (every 50 ms): the queue's depth and oldest waiter to the
     /// engine (which closes windows, early ones included), and the adaptive limit.
     pub fn control_tick(&self) {
+        if let Some(routes) = self.waits.as_ref().and_then(|w| w.routes()) {
+            self.control.set_downstream_bound(routes.enabled && routes.holds.sparing());
+        }
         self.control.tick(&self.engine, &self.limit);
     }
 

@@ -641,8 +641,14 @@ fn analyse(
         attempts,
         step,
         authorities,
-        samples: if scenario.suite == Suite::Step { samples } else { Vec::new() },
+        samples: if scenario.suite == Suite::Step || keep_samples() { samples } else { Vec::new() },
     }
+}
+
+/// `MULTIHOP_KEEP_SAMPLES=1`: every run keeps its 100 ms samples in the JSON (per-second
+/// traces of each hop's limit, queue, level and cached levels, for diagnosis).
+fn keep_samples() -> bool {
+    std::env::var_os("MULTIHOP_KEEP_SAMPLES").is_some_and(|v| v != "0")
 }
 
 fn api_report(

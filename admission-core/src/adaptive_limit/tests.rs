@@ -285,6 +285,33 @@ fn settles_just_above_the_apps_concurrency_when_saturated() {
     }
 }
 
+/// A middle hop's arrivals are what its callers let through: while its level refuses, a
+/// knee searched at that rate starves it once they send again. While its slots are held
+/// mostly by requests waiting on slow downstreams it keeps the healthy queue (its best
+/// completion rate over its baseline time plus the detector's threshold) while refusing
+/// too; otherwise (an inbound-only sidecar, or one overloaded by its own work) it goes to
+/// the knee as before.
+#[test]
+fn a_middle_hop_keeps_its_healthy_queue_while_refusing() {
+    let workers = 4;
+    for middle_hop in [false, true] {
+        let cfg =
+            AdaptiveLimitConfig { ceiling: 256, middle_hop, ..AdaptiveLimitConfig::default() };
+        let mut l = AdaptiveLimit::new(cfg, 0);
+        l.set_downstream_bound(middle_hop);
+        let mut m = Model::new(workers, Service::Fixed(10 * MS), 1);
+        m.run(&mut l, 1_000 * MS, Arrivals::Poisson(400.0 / 3.0));
+        m.run(&mut l, 5_000 * MS, Arrivals::Saturated);
+        let s = l.status();
+        if middle_hop {
+            // 400/s x (10 ms + 20 ms) = 12, less the noise of the measured rate.
+            assert!(s.limit >= 10, "middle hop: {s:?} {:?}", m.limits);
+        } else {
+            assert!(s.limit <= workers + workers / 2 + 2, "inbound only: {s:?} {:?}", m.limits);
+        }
+    }
+}
+
 #[test]
 fn finds_the_apps_concurrency_when_saturated_from_the_start() {
     for workers in [1, 4, 16] {

@@ -370,3 +370,76 @@ fn news_goes_stale_after_an_eighth_of_the_expiry() {
     clock.advance(DEFAULT_EXPIRY);
     assert_eq!(c.level_news("b"), None);
 }
+
+fn holds() -> (RouteHolds<ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    (RouteHolds::new(4, clock.clone()), clock)
+}
+
+/// Feeds `windows` windows of answers: per route, `(answers per window, hold ms, wait ms)`.
+fn feed(
+    h: &RouteHolds<ManualClock>,
+    clock: &ManualClock,
+    windows: u32,
+    routes: &[(&str, u32, u64, u64)],
+) {
+    let ms = Duration::from_millis;
+    for _ in 0..windows {
+        for &(route, n, hold, wait) in routes {
+            for _ in 0..n {
+                h.record(route, ms(hold), ms(wait));
+            }
+        }
+        clock.advance(HOLD_WINDOW);
+    }
+    // One answer closes the last window.
+    h.record(routes[0].0, ms(routes[0].2), ms(routes[0].3));
+}
+
+#[test]
+fn routes_that_wait_on_a_slow_downstream_take_the_cut() {
+    // X: 100/s holding 140 ms, 120 of it waiting on B; Y: 150/s holding 35 ms, 12 on C.
+    let (h, clock) = holds();
+    feed(&h, &clock, 10, &[("/x", 20, 140, 120), ("/y", 30, 35, 12)]);
+    assert!(h.spares("/y") && !h.spares("/x"), "{:?}", h.spared());
+    assert!(!h.spares("/unknown"));
+    // Nothing heard for longer than the decision lives: nothing is spared.
+    clock.advance(Duration::from_secs(3));
+    assert!(!h.spares("/y"));
+}
+
+#[test]
+fn nothing_is_spared_while_the_app_is_held_by_its_own_work() {
+    let (h, clock) = holds();
+    // Y floods the app's own work; X's slow calls hold little of it.
+    feed(&h, &clock, 10, &[("/x", 2, 140, 120), ("/y", 200, 60, 12)]);
+    assert!(h.spared().is_empty(), "{:?}", h.spared());
+    // Similar waits everywhere: no route is lighter than another.
+    let (h, clock) = holds();
+    feed(&h, &clock, 10, &[("/x", 20, 140, 120), ("/y", 20, 130, 100)]);
+    assert!(h.spared().is_empty(), "{:?}", h.spared());
+    // Short waits (a call's round trip) are no downstream's overload.
+    let (h, clock) = holds();
+    feed(&h, &clock, 10, &[("/x", 20, 21, 1), ("/y", 20, 20, 0)]);
+    assert!(h.spared().is_empty(), "{:?}", h.spared());
+}
+
+#[test]
+fn sparing_ends_once_the_heavy_routes_hold_little_and_state_is_bounded() {
+    let (h, clock) = holds();
+    feed(&h, &clock, 10, &[("/x", 20, 140, 120), ("/y", 30, 35, 12)]);
+    assert!(h.spares("/y"));
+    // X refused at the door: it holds less, but a quarter of the app still keeps Y spared...
+    feed(&h, &clock, 20, &[("/x", 3, 140, 120), ("/y", 30, 35, 12)]);
+    assert!(h.spares("/y"), "hysteresis");
+    // ...and once it holds little, the own level applies to every route again.
+    feed(&h, &clock, 30, &[("/x", 1, 140, 120), ("/y", 30, 35, 12)]);
+    assert!(!h.spares("/y"), "{:?}", h.spared());
+    // At most four routes followed; bad routes never.
+    let (h, _clock) = holds();
+    for i in 0..10 {
+        h.record(&format!("/r{i}"), Duration::from_millis(10), Duration::ZERO);
+    }
+    h.record("", Duration::from_millis(10), Duration::ZERO);
+    assert_eq!(h.routes(), 4);
+}

@@ -36,6 +36,8 @@ pub struct HopMetrics {
     /// The lowest level the egress caches per downstream authority (series that carry more
     /// labels than the authority, a route say, are folded in by their minimum).
     pub cached: BTreeMap<String, f64>,
+    /// Routes the sidecar's own level spares now (per-route levels).
+    pub spared_routes: Option<f64>,
 }
 
 impl HopMetrics {
@@ -62,6 +64,10 @@ impl HopMetrics {
             inflight: m.first("weir_inflight"),
             queue_depth: m.first("weir_queue_depth"),
             cached,
+            spared_routes: m
+                .series("weir_route_slots")
+                .find(|(labels, _)| labels.get("kind").map(String::as_str) == Some("spared_routes"))
+                .map(|(_, v)| v),
         }
     }
 
