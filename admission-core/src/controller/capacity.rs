@@ -28,6 +28,10 @@ pub(super) struct CapacityLaw {
     /// Consecutive quiet censored windows so far (see [`quiet_probe`]): each raises the
     /// next window's target by more, none raises the estimate itself.
     quiet_streak: u32,
+    /// How far under the app's rate a censored window aims (see [`next_censored_margin`]):
+    /// it starts at [`CENSORED_MARGIN`] and eases towards [`CENSORED_MARGIN_MIN`] while
+    /// nothing this sidecar admitted is refused here.
+    censored_margin: f64,
 }
 
 /// At most this many past windows are remembered: windows close early no sooner than
@@ -54,6 +58,7 @@ impl CapacityLaw {
             window_secs: config.window.as_secs_f64().max(1e-3),
             recent: VecDeque::with_capacity(REMEMBERED_WINDOWS),
             quiet_streak: 0,
+            censored_margin: CENSORED_MARGIN,
         }
     }
 
@@ -89,6 +94,10 @@ impl ControlLaw for CapacityLaw {
         histogram: &[u32],
     ) -> AdmissionLevel {
         let next = self.decide(current, zone, w, histogram);
+        if is_censored(histogram, current) {
+            self.censored_margin =
+                next_censored_margin(self.censored_margin, w.dropped, w.admitted);
+        }
         self.remember(w);
         next
     }
@@ -234,7 +243,22 @@ const CAPACITY_MARGIN: f64 = -0.1;
 /// refuse above the level before sending, for free, while whatever this sidecar's wait
 /// bound refuses has crossed the network and cost the callers their work. So aim under
 /// the app's rate, where the queue stays short and nothing admitted is refused.
+///
+/// That is where the margin starts; it is the most it ever is (see
+/// [`next_censored_margin`]).
 const CENSORED_MARGIN: f64 = 0.1;
+/// The least a censored window aims under the app's rate: a queue kept short but not dry.
+/// At a fixed 10% the app idled ~10% of the time and more with the level's noise
+/// (multihop-bench, M^k: the bottleneck completed 67-88 of its 100/s).
+const CENSORED_MARGIN_MIN: f64 = 0.02;
+/// A censored window in which more than this share of what the level admitted was refused
+/// here anyway (dropped from the queue: its wait bound, a deadline, a caller that left)
+/// raises the margin back: behind filtering callers those refusals cost their work.
+const CENSORED_REFUSED_GUARD: f64 = 0.01;
+/// The margin rises by this much per window over the guard ...
+const CENSORED_MARGIN_RAISE: f64 = 0.04;
+/// ... and each window within it, halves its distance to [`CENSORED_MARGIN_MIN`].
+const CENSORED_MARGIN_EASE: f64 = 0.5;
 /// Inside the hysteresis band, the capacity law keeps a level that admits within this
 /// fraction of its target.
 const HOLD_BAND: f64 = 0.05;
@@ -281,7 +305,7 @@ impl CapacityLaw {
         censored: bool,
     ) -> Option<(f64, f64)> {
         // A little over the app's rate, or under it when censored (see the margins).
-        let margin = if censored { CENSORED_MARGIN } else { CAPACITY_MARGIN };
+        let margin = if censored { self.censored_margin } else { CAPACITY_MARGIN };
         let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
         let per_window = cap * secs(w);
         let allowed = cap * BACKLOG_KEPT_EXITS * self.exit_ns as f64 / 1e9;
@@ -429,6 +453,26 @@ fn quiet_probe(streak: u32) -> f64 {
     }
     let raise = QUIET_PROBE_FIRST * f64::from(1u32 << (streak - 1).min(8));
     (1.0 + raise).min(QUIET_PROBE_MAX)
+}
+
+/// The censored margin for the next window after one that admitted `admitted` and dropped
+/// `dropped` of what was queued (refused after it crossed the network): past the guard
+/// ([`CENSORED_REFUSED_GUARD`]) it rises by [`CENSORED_MARGIN_RAISE`], up to
+/// [`CENSORED_MARGIN`]; within it, it halves its way down to [`CENSORED_MARGIN_MIN`]. A
+/// window that admitted nothing says nothing. The margin is a trade: every point of it
+/// idles the app by as much, while a margin too small queues the callers' requests here
+/// until the wait bound refuses them (their work lost), so it is only as small as the
+/// refusals it causes allow.
+pub(super) fn next_censored_margin(margin: f64, dropped: u64, admitted: u64) -> f64 {
+    if admitted == 0 {
+        return margin;
+    }
+    if dropped as f64 > CENSORED_REFUSED_GUARD * admitted as f64 {
+        (margin + CENSORED_MARGIN_RAISE).min(CENSORED_MARGIN)
+    } else {
+        (CENSORED_MARGIN_MIN + CENSORED_MARGIN_EASE * (margin - CENSORED_MARGIN_MIN))
+            .clamp(CENSORED_MARGIN_MIN, CENSORED_MARGIN)
+    }
 }
 
 /// Within the capacity law's dead band of the target.
