@@ -289,8 +289,8 @@ const MIN_JUDGED_WINDOW: f64 = 0.5;
 /// A saturated rate within this share of the estimate averages with it (noise); beyond,
 /// it replaces it (a step change: the app got much slower or faster).
 const STEP_CHANGE: f64 = 0.25;
-/// A saturated rate far under the estimate lowers it to at most this share per window:
-/// one odd window must not crash it.
+/// A saturated rate far under the estimate lowers it to at most this share per nominal
+/// window (see [`fall_floor`]): one odd window must not crash it.
 const MAX_FALL_PER_WINDOW: f64 = 0.5;
 
 impl CapacityLaw {
@@ -422,9 +422,10 @@ impl CapacityLaw {
             {
                 0.5 * old + 0.5 * rate
             }
-            // Far lower: at most halve per window (one odd window must not crash it).
+            // Far lower: at most halve per nominal window of time (one odd window must not
+            // crash it, nor a stall that closes windows early).
             Some(old) if saturated && self.capacity_measured && rate < old => {
-                rate.max(MAX_FALL_PER_WINDOW * old)
+                rate.max(fall_floor(old, secs(w) / self.window_secs))
             }
             Some(old) if !saturated => old.max(rate),
             _ => rate,
@@ -432,6 +433,17 @@ impl CapacityLaw {
         self.capacity_measured |= saturated;
         self.capacity_per_sec.map(|c| c * quiet_probe(self.quiet_streak))
     }
+}
+
+/// The least a saturated window `window_share` of the nominal one long may lower the
+/// estimate `old` to: [`MAX_FALL_PER_WINDOW`] of it for a nominal window, in proportion for
+/// a shorter one. Windows close early when the queue grows fast, which is what a stall of
+/// the app (or of the machine) looks like: one 100 ms window that completed half the rate
+/// halved the estimate, the level cut into the top class and the app idled for 700 ms
+/// (overload-bench step, 4x10 ms, 20/30/50: capacity 352 -> 185, level 1.71 -> 0.106). A
+/// real slowdown is followed as fast per second as before (ten 100 ms windows: 0.95^10).
+pub(super) fn fall_floor(old: f64, window_share: f64) -> f64 {
+    old * (1.0 - (1.0 - MAX_FALL_PER_WINDOW) * window_share.clamp(0.0, 1.0))
 }
 
 /// The factor on a censored window's target after `streak` quiet windows in a row: 1 for

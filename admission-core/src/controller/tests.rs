@@ -1,4 +1,4 @@
-use super::capacity::{is_censored, next_censored_margin};
+use super::capacity::{fall_floor, is_censored, next_censored_margin};
 use super::*;
 use crate::priority::Priority;
 use std::time::Duration;
@@ -845,4 +845,29 @@ proptest::proptest! {
             }
         }
     }
+}
+
+/// A stall closes a window early with few completions: that one short window must not
+/// halve the estimate (the level then cut into the top class and idled the app), while a
+/// real slowdown is still followed within about a nominal window of time.
+#[test]
+fn a_short_saturated_window_lowers_the_estimate_only_in_proportion_to_its_length() {
+    let mut c = capacity_measured_at(1_000);
+    let h = uniform(1, 100);
+    let stalled = |c: &mut Controller| {
+        // 100 ms, queue busy throughout, the app completed 50 (half its rate).
+        let mut w = window(300, 300, 50, 60);
+        (w.duration_ns, w.completed, w.busy_ns, w.busy_completed) = (100 * MS, 50, 100 * MS, 50);
+        c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, &h);
+    };
+    stalled(&mut c);
+    let after_one = c.capacity_estimate().unwrap();
+    assert!(after_one >= 940.0, "one 100 ms window took the estimate to {after_one}");
+    for _ in 0..9 {
+        stalled(&mut c);
+    }
+    let after_a_second = c.capacity_estimate().unwrap();
+    assert!(after_a_second <= 650.0, "a second of it leaves {after_a_second}");
+    assert_eq!(fall_floor(1_000.0, 1.0), 500.0);
+    assert_eq!(fall_floor(1_000.0, 0.0), 1_000.0);
 }
