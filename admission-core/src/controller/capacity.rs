@@ -28,6 +28,10 @@ pub(super) struct CapacityLaw {
     /// Consecutive quiet censored windows so far (see [`quiet_probe`]): each raises the
     /// next window's target by more, none raises the estimate itself.
     quiet_streak: u32,
+    /// How far under the app's rate a censored window aims (see [`next_censored_margin`]):
+    /// it starts at [`CENSORED_MARGIN`] and eases towards [`CENSORED_MARGIN_MIN`] while
+    /// nothing this sidecar admitted is refused here.
+    censored_margin: f64,
 }
 
 /// At most this many past windows are remembered: windows close early no sooner than
@@ -54,6 +58,7 @@ impl CapacityLaw {
             window_secs: config.window.as_secs_f64().max(1e-3),
             recent: VecDeque::with_capacity(REMEMBERED_WINDOWS),
             quiet_streak: 0,
+            censored_margin: CENSORED_MARGIN,
         }
     }
 
@@ -89,6 +94,10 @@ impl ControlLaw for CapacityLaw {
         histogram: &[u32],
     ) -> AdmissionLevel {
         let next = self.decide(current, zone, w, histogram);
+        if is_censored(histogram, current) {
+            self.censored_margin =
+                next_censored_margin(self.censored_margin, w.dropped, w.admitted);
+        }
         self.remember(w);
         next
     }
@@ -234,7 +243,22 @@ const CAPACITY_MARGIN: f64 = -0.1;
 /// refuse above the level before sending, for free, while whatever this sidecar's wait
 /// bound refuses has crossed the network and cost the callers their work. So aim under
 /// the app's rate, where the queue stays short and nothing admitted is refused.
+///
+/// That is where the margin starts; it is the most it ever is (see
+/// [`next_censored_margin`]).
 const CENSORED_MARGIN: f64 = 0.1;
+/// The least a censored window aims under the app's rate: a queue kept short but not dry.
+/// At a fixed 10% the app idled ~10% of the time and more with the level's noise
+/// (multihop-bench, M^k: the bottleneck completed 67-88 of its 100/s).
+const CENSORED_MARGIN_MIN: f64 = 0.02;
+/// A censored window in which more than this share of what the level admitted was refused
+/// here anyway (dropped from the queue: its wait bound, a deadline, a caller that left)
+/// raises the margin back: behind filtering callers those refusals cost their work.
+const CENSORED_REFUSED_GUARD: f64 = 0.01;
+/// The margin rises by this much per window over the guard ...
+const CENSORED_MARGIN_RAISE: f64 = 0.04;
+/// ... and each window within it, halves its distance to [`CENSORED_MARGIN_MIN`].
+const CENSORED_MARGIN_EASE: f64 = 0.5;
 /// Inside the hysteresis band, the capacity law keeps a level that admits within this
 /// fraction of its target.
 const HOLD_BAND: f64 = 0.05;
@@ -265,8 +289,8 @@ const MIN_JUDGED_WINDOW: f64 = 0.5;
 /// A saturated rate within this share of the estimate averages with it (noise); beyond,
 /// it replaces it (a step change: the app got much slower or faster).
 const STEP_CHANGE: f64 = 0.25;
-/// A saturated rate far under the estimate lowers it to at most this share per window:
-/// one odd window must not crash it.
+/// A saturated rate far under the estimate lowers it to at most this share per nominal
+/// window (see [`fall_floor`]): one odd window must not crash it.
 const MAX_FALL_PER_WINDOW: f64 = 0.5;
 
 impl CapacityLaw {
@@ -281,7 +305,7 @@ impl CapacityLaw {
         censored: bool,
     ) -> Option<(f64, f64)> {
         // A little over the app's rate, or under it when censored (see the margins).
-        let margin = if censored { CENSORED_MARGIN } else { CAPACITY_MARGIN };
+        let margin = if censored { self.censored_margin } else { CAPACITY_MARGIN };
         let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
         let per_window = cap * secs(w);
         let allowed = cap * BACKLOG_KEPT_EXITS * self.exit_ns as f64 / 1e9;
@@ -398,9 +422,10 @@ impl CapacityLaw {
             {
                 0.5 * old + 0.5 * rate
             }
-            // Far lower: at most halve per window (one odd window must not crash it).
+            // Far lower: at most halve per nominal window of time (one odd window must not
+            // crash it, nor a stall that closes windows early).
             Some(old) if saturated && self.capacity_measured && rate < old => {
-                rate.max(MAX_FALL_PER_WINDOW * old)
+                rate.max(fall_floor(old, secs(w) / self.window_secs))
             }
             Some(old) if !saturated => old.max(rate),
             _ => rate,
@@ -408,6 +433,17 @@ impl CapacityLaw {
         self.capacity_measured |= saturated;
         self.capacity_per_sec.map(|c| c * quiet_probe(self.quiet_streak))
     }
+}
+
+/// The least a saturated window `window_share` of the nominal one long may lower the
+/// estimate `old` to: [`MAX_FALL_PER_WINDOW`] of it for a nominal window, in proportion for
+/// a shorter one. Windows close early when the queue grows fast, which is what a stall of
+/// the app (or of the machine) looks like: one 100 ms window that completed half the rate
+/// halved the estimate, the level cut into the top class and the app idled for 700 ms
+/// (overload-bench step, 4x10 ms, 20/30/50: capacity 352 -> 185, level 1.71 -> 0.106). A
+/// real slowdown is followed as fast per second as before (ten 100 ms windows: 0.95^10).
+pub(super) fn fall_floor(old: f64, window_share: f64) -> f64 {
+    old * (1.0 - (1.0 - MAX_FALL_PER_WINDOW) * window_share.clamp(0.0, 1.0))
 }
 
 /// The factor on a censored window's target after `streak` quiet windows in a row: 1 for
@@ -429,6 +465,26 @@ fn quiet_probe(streak: u32) -> f64 {
     }
     let raise = QUIET_PROBE_FIRST * f64::from(1u32 << (streak - 1).min(8));
     (1.0 + raise).min(QUIET_PROBE_MAX)
+}
+
+/// The censored margin for the next window after one that admitted `admitted` and dropped
+/// `dropped` of what was queued (refused after it crossed the network): past the guard
+/// ([`CENSORED_REFUSED_GUARD`]) it rises by [`CENSORED_MARGIN_RAISE`], up to
+/// [`CENSORED_MARGIN`]; within it, it halves its way down to [`CENSORED_MARGIN_MIN`]. A
+/// window that admitted nothing says nothing. The margin is a trade: every point of it
+/// idles the app by as much, while a margin too small queues the callers' requests here
+/// until the wait bound refuses them (their work lost), so it is only as small as the
+/// refusals it causes allow.
+pub(super) fn next_censored_margin(margin: f64, dropped: u64, admitted: u64) -> f64 {
+    if admitted == 0 {
+        return margin;
+    }
+    if dropped as f64 > CENSORED_REFUSED_GUARD * admitted as f64 {
+        (margin + CENSORED_MARGIN_RAISE).min(CENSORED_MARGIN)
+    } else {
+        (CENSORED_MARGIN_MIN + CENSORED_MARGIN_EASE * (margin - CENSORED_MARGIN_MIN))
+            .clamp(CENSORED_MARGIN_MIN, CENSORED_MARGIN)
+    }
 }
 
 /// Within the capacity law's dead band of the target.
