@@ -17,8 +17,8 @@ mod window;
 
 pub use capacity::open_beyond_arrivals;
 pub use detector::{
-    burst_fits, judge, overloaded_after, projected_drain_ns, DetectorThresholds, OverloadDetector,
-    BURST_ALLOWANCE_PER_THRESHOLD,
+    burst_fits, judge, overloaded_after, projected_drain_ns, refused_after_admission,
+    DetectorThresholds, OverloadDetector, BURST_ALLOWANCE_PER_THRESHOLD,
 };
 pub use histogram::{level_binds, level_for_target};
 pub use window::{queuing_signal_ns, WindowSummary, Zone};

@@ -132,6 +132,7 @@ pub fn burst_fits(
     // of an overload, not a burst on a healthy app: DAGOR's signal judges it.
     let level_refused = w.arrivals.saturating_sub(w.admitted) * 50 > w.arrivals;
     if level_refused
+        || refused_after_admission(w) * 50 > w.admitted
         || w.queue_standing_ns >= t.standing_ns
         || w.oldest_waiting_ns > t.burst_allowance_ns
     {
@@ -139,6 +140,18 @@ pub fn burst_fits(
     }
     projected_drain_ns(w, capacity_per_sec, t.lookahead_ns)
         .is_some_and(|drain| drain <= t.burst_allowance_ns)
+}
+
+/// What the sidecar refused or dropped of what the level admitted: dropped from the queue
+/// (the max wait, the deadline gate, callers who left), or refused at its door (expected to
+/// wait past their budget: admitted, yet neither dispatched nor still waiting; across a
+/// window's edge this undercounts, never over). A burst that fits the budgets needs none of
+/// it; a queue kept short by refusing is an overload's. (A bottleneck behind a middle hop
+/// whose callers reached it with little budget left: its door and deadline gate refused a
+/// tenth of what arrived, for seconds, while each short queue read as a burst and the level
+/// never cut, so nothing told the callers.)
+pub fn refused_after_admission(w: &WindowSummary) -> u64 {
+    w.dropped + w.admitted.saturating_sub(w.dispatched + w.queue_depth)
 }
 
 /// How long the queue takes to drain at the app's completion rate, grown for `lookahead_ns`

@@ -686,6 +686,16 @@ fn a_young_queue_that_drains_within_the_allowance_is_absorbed() {
     // The level refused more than 1 in 50: an overload's tail.
     let refusing = WindowSummary { arrivals: 160, ..burst_window(200, 400, 130) };
     assert_eq!(judge(&t, false, &refusing, cap), Zone::Cut);
+    // The sidecar itself refused more than 1 in 50 of what the level admitted (dropped
+    // from the queue, or refused at its door): a queue kept short by refusing.
+    let dropping = WindowSummary { dropped: 4, ..burst_window(200, 400, 130) };
+    assert_eq!(judge(&t, false, &dropping, cap), Zone::Cut);
+    let at_the_door =
+        WindowSummary { queue_depth: 20, dispatched: 120, ..burst_window(0, 400, 130) };
+    assert_eq!(refused_after_admission(&at_the_door), 10);
+    assert_eq!(judge(&t, false, &at_the_door, cap), Zone::Cut);
+    let one_in_fifty = WindowSummary { dropped: 3, ..burst_window(200, 400, 130) };
+    assert_eq!(judge(&t, false, &one_in_fifty, cap), Zone::Absorb);
     // Without an estimate, the window's busy rate drains it.
     assert_eq!(judge(&t, false, &burst_window(200, 400, 130), None), Zone::Absorb);
     // A long-measured busy rate far under the estimate (the app got slower) is the rate.
