@@ -675,10 +675,13 @@ mod tests {
         addr
     }
 
-    /// An HTTP/1.1 app answering `/big` with 1 MiB and anything else with `ok`, counting the
-    /// connections it accepted; `/bye` answers and then closes its connection (no
-    /// `Connection: close`: as an app whose idle timer fires right after a response).
-    async fn http1_app() -> (SocketAddr, Arc<AtomicUsize>) {
+    /// An app on an ephemeral port that serves each connection it accepts with `serve`, and
+    /// counts them.
+    async fn counting_app<F, Fut>(serve: F) -> (SocketAddr, Arc<AtomicUsize>)
+    where
+        F: Fn(tokio::net::TcpStream) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -687,35 +690,43 @@ mod tests {
             loop {
                 let Ok((stream, _)) = listener.accept().await else { continue };
                 count.fetch_add(1, Relaxed);
-                tokio::spawn(async move {
-                    let (bye_tx, bye_rx) = tokio::sync::oneshot::channel::<()>();
-                    let bye_tx = Mutex::new(Some(bye_tx));
-                    let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                        let body = match req.uri().path() {
-                            "/big" => vec![7u8; 1 << 20],
-                            "/bye" => {
-                                bye_tx.lock().unwrap().take().map(|tx| tx.send(()));
-                                b"ok".to_vec()
-                            }
-                            _ => b"ok".to_vec(),
-                        };
-                        let body = http_body_util::Full::new(bytes::Bytes::from(body));
-                        async { Ok::<_, std::convert::Infallible>(Response::new(body)) }
-                    });
-                    let conn = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service);
-                    let mut conn = std::pin::pin!(conn);
-                    tokio::select! {
-                        _ = conn.as_mut() => {}
-                        _ = bye_rx => {
-                            // Let the response go out, then close.
-                            let _ = tokio::time::timeout(Duration::from_millis(50), conn.as_mut()).await;
-                        }
-                    }
-                });
+                tokio::spawn(serve(stream));
             }
         });
         (addr, accepted)
+    }
+
+    /// An HTTP/1.1 app answering `/big` with 1 MiB and anything else with `ok`, counting the
+    /// connections it accepted; `/bye` answers and then closes its connection (no
+    /// `Connection: close`: as an app whose idle timer fires right after a response).
+    async fn http1_app() -> (SocketAddr, Arc<AtomicUsize>) {
+        counting_app(|stream| async move {
+            let (bye_tx, bye_rx) = tokio::sync::oneshot::channel::<()>();
+            let bye_tx = Mutex::new(Some(bye_tx));
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let body = match req.uri().path() {
+                    "/big" => vec![7u8; 1 << 20],
+                    "/bye" => {
+                        bye_tx.lock().unwrap().take().map(|tx| tx.send(()));
+                        b"ok".to_vec()
+                    }
+                    _ => b"ok".to_vec(),
+                };
+                let body = http_body_util::Full::new(bytes::Bytes::from(body));
+                async { Ok::<_, std::convert::Infallible>(Response::new(body)) }
+            });
+            let conn = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            tokio::select! {
+                _ = conn.as_mut() => {}
+                _ = bye_rx => {
+                    // Let the response go out, then close.
+                    let _ = tokio::time::timeout(Duration::from_millis(50), conn.as_mut()).await;
+                }
+            }
+        })
+        .await
     }
 
     fn get_path(addr: SocketAddr, path: &str) -> Request<RequestBody> {
@@ -790,31 +801,22 @@ mod tests {
         };
         // An app that answers as soon as the head is here and keeps reading what follows (the
         // connection stays open: nothing ends the exchange but weir).
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let accepted = Arc::new(AtomicUsize::new(0));
-        let count = accepted.clone();
-        tokio::spawn(async move {
+        let (addr, accepted) = counting_app(|mut stream| async move {
             use tokio::io::{AsyncReadExt, AsyncWriteExt};
-            loop {
-                let Ok((mut stream, _)) = listener.accept().await else { continue };
-                count.fetch_add(1, Relaxed);
-                tokio::spawn(async move {
-                    let mut seen = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    let mut answered = 0;
-                    while let Ok(n @ 1..) = stream.read(&mut buf).await {
-                        seen.extend_from_slice(&buf[..n]);
-                        let heads = seen.windows(4).filter(|w| w == b"\r\n\r\n").count();
-                        for _ in answered..heads {
-                            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
-                            let _ = stream.write_all(ok).await;
-                        }
-                        answered = answered.max(heads);
-                    }
-                });
+            let mut seen = Vec::new();
+            let mut buf = [0u8; 4096];
+            let mut answered = 0;
+            while let Ok(n @ 1..) = stream.read(&mut buf).await {
+                seen.extend_from_slice(&buf[..n]);
+                let heads = seen.windows(4).filter(|w| w == b"\r\n\r\n").count();
+                for _ in answered..heads {
+                    let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                    let _ = stream.write_all(ok).await;
+                }
+                answered = answered.max(heads);
             }
-        });
+        })
+        .await;
         let endpoint = Endpoint::new(addr, settings);
         let (tx, rx) = tokio::sync::mpsc::channel(1);
         tx.send(Bytes::from_static(b"part")).await.unwrap();
