@@ -144,8 +144,11 @@ pub fn burst_fits(
 
 /// What the sidecar refused or dropped of what the level admitted: dropped from the queue
 /// (the max wait, the deadline gate, callers who left), or refused at its door (expected to
-/// wait past their budget: admitted, yet neither dispatched nor still waiting; across a
-/// window's edge this undercounts, never over). A burst that fits the budgets needs none of
+/// wait past their budget: admitted, yet neither dispatched nor still waiting). The door's
+/// share is inferred: requests admitted late in the previous window and dispatched in this
+/// one hide some of it, and requests still waiting for their body at the close (a burst of
+/// uploads) count as refused, which only hands the window back to DAGOR's signal. A burst
+/// that fits the budgets needs none of
 /// it; a queue kept short by refusing is an overload's. (A bottleneck behind a middle hop
 /// whose callers reached it with little budget left: its door and deadline gate refused a
 /// tenth of what arrived, for seconds, while each short queue read as a burst and the level
