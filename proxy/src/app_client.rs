@@ -699,8 +699,12 @@ mod tests {
     /// An HTTP/1.1 app answering `/big` with 1 MiB and anything else with `ok`, counting the
     /// connections it accepted; `/bye` answers and then closes its connection (no
     /// `Connection: close`: as an app whose idle timer fires right after a response).
-    async fn http1_app() -> (SocketAddr, Arc<AtomicUsize>) {
-        counting_app(|stream| async move {
+    async fn http1_app() -> (SocketAddr, Arc<AtomicUsize>, Arc<tokio::sync::Notify>) {
+        let closed = Arc::new(tokio::sync::Notify::new());
+        let signal = closed.clone();
+        let (addr, accepted) = counting_app(move |stream| {
+            let closed = signal.clone();
+            async move {
             let (bye_tx, bye_rx) = tokio::sync::oneshot::channel::<()>();
             let bye_tx = Mutex::new(Some(bye_tx));
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
@@ -717,16 +721,25 @@ mod tests {
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .serve_connection(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = bye_rx => {
-                    // Let the response go out, then close.
-                    let _ = tokio::time::timeout(Duration::from_millis(50), conn.as_mut()).await;
+            let said_bye = {
+                let mut conn = std::pin::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => false,
+                    _ = bye_rx => {
+                        // Let the response go out, then close.
+                        let _ = tokio::time::timeout(Duration::from_millis(50), conn.as_mut()).await;
+                        true
+                    }
                 }
+            };
+            // The connection is dropped (closed) by now.
+            if said_bye {
+                closed.notify_one();
+            }
             }
         })
-        .await
+        .await;
+        (addr, accepted, closed)
     }
 
     fn get_path(addr: SocketAddr, path: &str) -> Request<RequestBody> {
@@ -739,7 +752,7 @@ mod tests {
     #[tokio::test]
     async fn an_http1_connection_is_reused_once_read_closed_if_not_and_a_closed_one_is_skipped() {
         use http_body_util::BodyExt;
-        let (addr, accepted) = http1_app().await;
+        let (addr, accepted, closed) = http1_app().await;
         let settings = ClientSettings {
             connect_timeout: Duration::from_secs(1),
             max_idle_http1: 4,
@@ -769,7 +782,9 @@ mod tests {
         // next request still gets its answer, on a new connection.
         let body = send("/bye").await.unwrap().response.into_body();
         assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        tokio::time::timeout(Duration::from_secs(5), closed.notified())
+            .await
+            .expect("the app closed the connection after /bye");
         let body = send("/").await.unwrap().response.into_body();
         assert_eq!(body.collect().await.unwrap().to_bytes(), "ok");
         assert_eq!(accepted.load(Relaxed), 3);
