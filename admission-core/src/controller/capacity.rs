@@ -452,7 +452,7 @@ pub(super) fn fall_floor(old: f64, window_share: f64) -> f64 {
 /// demand beyond it is unseen and the app's spare room unmeasured (its queue never formed):
 /// the target probes past the estimate, and the level opens past what arrived by the spare
 /// room (see [`open_beyond_arrivals`]). The first probe is small, because the usual quiet
-/// window is the steady state (the law aims 10% under the app's rate): a probe of twice what
+/// window is the steady state (the law aims 2-10% under the app's rate): a probe of twice what
 /// completed there opened the level far past the app (205 -> 346 in one window at
 /// multihop-bench's B), the callers' backlog filled its queue and the next cut went below
 /// the rate, a cycle around ~85% of it. A downstream that really recovered stays quiet
