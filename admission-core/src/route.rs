@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use crate::clock::{Clock, Nanos};
 use crate::downstream::{DownstreamLevels, Observation};
+use crate::engine::shard::Padded;
 use crate::priority::{AdmissionLevel, Priority};
 
 /// Default bound on the routes with dependencies.
@@ -734,30 +735,50 @@ const HOLD_MIN_WAIT: f64 = 2_000_000.0;
 /// route's (and above [`HOLD_MIN_WAIT`]), **light** otherwise. The light routes are spared
 /// while the heavy routes' waits (rate x mean wait: the slots they hold waiting) are at
 /// least a third of everything the app holds (rate x mean hold, all routes): refusing the
-/// heavy routes alone frees that much (and until it falls below a fifth). Once they are refused enough (or their downstream
-/// recovers), the share falls and the own level applies to every route again, so an app
-/// overloaded by its light routes' own work is never left without its level. At most
-/// `max_routes` routes are followed (others are never spared).
+/// heavy routes alone frees that much (and until it falls below a fifth). Once they are
+/// refused enough (or their downstream recovers), the share falls and the own level applies
+/// to every route again, so an app overloaded by its light routes' own work is never left
+/// without its level. At most `max_routes` routes are followed (others are never spared).
+///
+/// **Hot path.** [`Self::record`] (every app response) locks only its thread's shard of the
+/// open window, uncontended but for the one close per window; a sample's answer, hold and
+/// wait go in under that lock together, and the close drains each shard under it, so a
+/// window never holds half a sample. [`Self::spares`] (once per request) is one atomic load
+/// while nothing is spared.
 pub struct RouteHolds<C: Clock> {
     clock: C,
     max_routes: usize,
-    state: Mutex<HoldState>,
-    /// The routes spared now, and when that was decided.
-    spared: RwLock<(Vec<Box<str>>, Nanos)>,
+    /// The open window's answers, per thread shard (each holds at most `max_routes` routes).
+    shards: Box<[Padded<Mutex<ShardSums>>]>,
+    shard_mask: usize,
+    /// When the open window started; the answer that finds it [`HOLD_WINDOW`] old swaps it
+    /// and closes the window (only that one: a compare-exchange).
+    window_start: AtomicU64,
+    /// The smoothed figures per route (at most `max_routes`), touched once per window.
+    smoothed: Mutex<HashMap<Box<str>, RouteHold>>,
+    /// When the spared set goes stale ([`HOLD_STALE`] after it was decided), plus one;
+    /// 0 while nothing is spared. Written under `spared`'s write lock, after the set.
+    spared_until: AtomicU64,
+    /// The routes spared now.
+    spared: RwLock<Vec<Box<str>>>,
 }
 
-#[derive(Debug, Default)]
-struct HoldState {
-    window_start: Nanos,
-    routes: HashMap<Box<str>, RouteHold>,
-}
+/// One shard's open window: per route, its answers so far.
+type ShardSums = HashMap<Box<str>, WindowSums>;
 
-#[derive(Debug, Default, Clone, Copy)]
-struct RouteHold {
-    /// The open window.
+/// One route's answers in the open window of one shard.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct WindowSums {
     answers: u32,
     hold_ns: u64,
     wait_ns: u64,
+}
+
+/// One route's smoothed figures.
+#[derive(Debug, Default, Clone, Copy)]
+struct RouteHold {
+    /// The window just closed (all shards).
+    window: WindowSums,
     /// Smoothed: answers per second, mean hold and mean wait (nanoseconds).
     rate: f64,
     hold: f64,
@@ -774,11 +795,16 @@ const HOLD_FORGET: u32 = 50;
 impl<C: Clock> RouteHolds<C> {
     pub fn new(max_routes: usize, clock: C) -> Self {
         let now = clock.now();
+        let shards = crate::engine::shard::shard_count();
         RouteHolds {
             clock,
             max_routes,
-            state: Mutex::new(HoldState { window_start: now, routes: HashMap::new() }),
-            spared: RwLock::new((Vec::new(), now)),
+            shards: (0..shards).map(|_| Padded(Mutex::new(HashMap::new()))).collect(),
+            shard_mask: shards - 1,
+            window_start: AtomicU64::new(now),
+            smoothed: Mutex::new(HashMap::new()),
+            spared_until: AtomicU64::new(0),
+            spared: RwLock::new(Vec::new()),
         }
     }
 
@@ -787,60 +813,115 @@ impl<C: Clock> RouteHolds<C> {
         if !valid_route(route) {
             return;
         }
-        let now = self.clock.now();
-        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        let full = state.routes.len() >= self.max_routes;
-        match state.routes.get_mut(route) {
-            Some(r) => r.add(hold, wait),
-            None if full => {}
-            None => {
-                let mut r = RouteHold::default();
-                r.add(hold, wait);
-                state.routes.insert(route.into(), r);
+        let shard = &self.shards[crate::engine::shard::thread_ordinal() & self.shard_mask].0;
+        {
+            let mut sums = shard.lock().unwrap_or_else(|p| p.into_inner());
+            let full = sums.len() >= self.max_routes;
+            match sums.get_mut(route) {
+                Some(s) => s.add(hold, wait),
+                None if full => {}
+                None => sums.entry(route.into()).or_default().add(hold, wait),
             }
         }
-        let elapsed = now.saturating_sub(state.window_start);
-        if elapsed >= HOLD_WINDOW.as_nanos() as u64 {
-            state.window_start = now;
-            let sparing = !self.spared.read().unwrap_or_else(|p| p.into_inner()).0.is_empty();
-            let share = if sparing { HEAVY_SHARE_KEEP } else { HEAVY_SHARE };
-            let spared = close_window(&mut state.routes, elapsed as f64 / 1e9, share);
-            *self.spared.write().unwrap_or_else(|p| p.into_inner()) = (spared, now);
+        let now = self.clock.now();
+        let start = self.window_start.load(Relaxed);
+        let elapsed = now.saturating_sub(start);
+        if elapsed >= HOLD_WINDOW.as_nanos() as u64
+            && self.window_start.compare_exchange(start, now, Relaxed, Relaxed).is_ok()
+        {
+            self.close(now, elapsed);
         }
     }
 
-    /// Whether the own level spares `route` now.
+    /// Takes the open window's sums of every shard, summed per route. A route new to the
+    /// followed ones only while fewer than `max_routes` are followed.
+    fn take_window(&self, smoothed: &mut HashMap<Box<str>, RouteHold>) {
+        for shard in self.shards.iter() {
+            let mut sums = shard.0.lock().unwrap_or_else(|p| p.into_inner());
+            // Routes quiet for a window leave the shard (it re-learns them on their next
+            // answer); the others keep their key, zeroed, so a steady route never
+            // allocates.
+            sums.retain(|route, s| {
+                if s.answers == 0 {
+                    return false;
+                }
+                let full = smoothed.len() >= self.max_routes;
+                match smoothed.get_mut(route) {
+                    Some(r) => r.window.merge(*s),
+                    None if full => {}
+                    None => {
+                        smoothed
+                            .insert(route.clone(), RouteHold { window: *s, ..Default::default() });
+                    }
+                }
+                *s = WindowSums::default();
+                true
+            });
+        }
+    }
+
+    /// Closes the window that ran `elapsed` up to `now`: the smoothed figures and the
+    /// spared set.
+    fn close(&self, now: Nanos, elapsed: Nanos) {
+        let mut smoothed = self.smoothed.lock().unwrap_or_else(|p| p.into_inner());
+        self.take_window(&mut smoothed);
+        let sparing = self.spared_until.load(Relaxed) != 0;
+        let share = if sparing { HEAVY_SHARE_KEEP } else { HEAVY_SHARE };
+        let spared = close_window(&mut smoothed, elapsed as f64 / 1e9, share);
+        drop(smoothed);
+        let mut set = self.spared.write().unwrap_or_else(|p| p.into_inner());
+        let until = if spared.is_empty() { 0 } else { now.saturating_add(HOLD_STALE) + 1 };
+        *set = spared;
+        self.spared_until.store(until, Relaxed);
+    }
+
+    /// Whether the own level spares `route` now. One atomic load while nothing is spared;
+    /// else a clock read and a read lock: call it once per request.
     pub fn spares(&self, route: &str) -> bool {
-        let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());
-        if spared.0.is_empty() || self.clock.now().saturating_sub(spared.1) > HOLD_STALE {
+        if !self.fresh() {
             return false;
         }
-        spared.0.iter().any(|r| &**r == route)
+        let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());
+        spared.iter().any(|r| &**r == route)
+    }
+
+    /// Whether a fresh decision spares some route.
+    fn fresh(&self) -> bool {
+        let until = self.spared_until.load(Relaxed);
+        until != 0 && self.clock.now() < until
     }
 
     /// Whether any route is spared now: the app's slots are held mostly by requests
     /// waiting on slow downstreams.
     pub fn sparing(&self) -> bool {
-        let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());
-        !spared.0.is_empty() && self.clock.now().saturating_sub(spared.1) <= HOLD_STALE
+        self.fresh()
+    }
+
+    /// How many routes are spared now (for metrics: no allocation).
+    pub fn spared_count(&self) -> usize {
+        if !self.fresh() {
+            return 0;
+        }
+        self.spared.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// The routes spared now (for status and tests).
     pub fn spared(&self) -> Vec<String> {
-        let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());
-        if self.clock.now().saturating_sub(spared.1) > HOLD_STALE {
+        if !self.fresh() {
             return Vec::new();
         }
-        spared.0.iter().map(|r| r.to_string()).collect()
+        let spared = self.spared.read().unwrap_or_else(|p| p.into_inner());
+        spared.iter().map(|r| r.to_string()).collect()
     }
 
-    /// Routes followed.
+    /// Routes followed (those with smoothed figures: each closed window adds the new ones,
+    /// at most `max_routes`).
     pub fn routes(&self) -> usize {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).routes.len()
+        self.smoothed.lock().unwrap_or_else(|p| p.into_inner()).len()
     }
 }
 
-impl RouteHold {
+impl WindowSums {
     fn add(&mut self, hold: Duration, wait: Duration) {
         let hold = hold.as_nanos().min(u64::MAX as u128) as u64;
         let wait = (wait.as_nanos().min(u64::MAX as u128) as u64).min(hold);
@@ -848,18 +929,25 @@ impl RouteHold {
         self.hold_ns = self.hold_ns.saturating_add(hold);
         self.wait_ns = self.wait_ns.saturating_add(wait);
     }
+
+    fn merge(&mut self, other: WindowSums) {
+        self.answers = self.answers.saturating_add(other.answers);
+        self.hold_ns = self.hold_ns.saturating_add(other.hold_ns);
+        self.wait_ns = self.wait_ns.saturating_add(other.wait_ns);
+    }
 }
 
 /// Folds the window into the smoothed figures and decides which routes are spared.
 fn close_window(routes: &mut HashMap<Box<str>, RouteHold>, secs: f64, share: f64) -> Vec<Box<str>> {
     let a = HOLD_SMOOTHING;
     routes.retain(|_, r| {
-        let rate = f64::from(r.answers) / secs.max(1e-9);
+        let WindowSums { answers, hold_ns, wait_ns } = std::mem::take(&mut r.window);
+        let rate = f64::from(answers) / secs.max(1e-9);
         let first = r.rate == 0.0 && r.hold == 0.0;
         r.rate = if first { rate } else { r.rate + a * (rate - r.rate) };
-        if r.answers > 0 {
-            let n = f64::from(r.answers);
-            let (hold, wait) = (r.hold_ns as f64 / n, r.wait_ns as f64 / n);
+        if answers > 0 {
+            let n = f64::from(answers);
+            let (hold, wait) = (hold_ns as f64 / n, wait_ns as f64 / n);
             if first {
                 (r.hold, r.wait) = (hold, wait);
             } else {
@@ -870,7 +958,6 @@ fn close_window(routes: &mut HashMap<Box<str>, RouteHold>, secs: f64, share: f64
         } else {
             r.idle += 1;
         }
-        (r.answers, r.hold_ns, r.wait_ns) = (0, 0, 0);
         r.idle < HOLD_FORGET
     });
     let slowest = routes.values().map(|r| r.wait).fold(0.0, f64::max);

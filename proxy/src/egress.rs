@@ -248,7 +248,7 @@ fn export_routes(routes: &RouteState) {
         .set(routes.route_levels.len() as f64);
     metrics::gauge!(ROUTE_SLOTS_METRIC, "kind" => "hold_routes").set(routes.holds.routes() as f64);
     metrics::gauge!(ROUTE_SLOTS_METRIC, "kind" => "spared_routes")
-        .set(routes.holds.spared().len() as f64);
+        .set(routes.holds.spared_count() as f64);
     let c = deps.counters();
     for (result, n) in [
         ("new", c.new),

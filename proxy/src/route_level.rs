@@ -94,23 +94,30 @@ impl RouteState {
         })
     }
 
-    /// Whether the sidecar's own level (`own`) spares `route` now: the app's workers are
-    /// held mostly by other routes' requests waiting on slow downstreams ([`RouteHolds`]),
-    /// so those routes take the cut. Only while `own` admits the top business class whole:
-    /// once the heavy routes' top class is refused too, the level applies to every route
-    /// again (business priority is global; a spared route's lower classes must not pass
-    /// while another route's top class is refused).
-    pub fn spares(&self, route: &str, own: AdmissionLevel) -> bool {
-        self.enabled && own.priority().business > 0 && self.holds.spares(route)
+    /// Whether the own level spares `route` now ([`RouteHolds`]: the app's workers are held
+    /// mostly by other routes' requests waiting on slow downstreams, so those routes take
+    /// the cut). Read once per request, at its door: the door and the response's stamp use
+    /// the same answer ([`Self::spares`], [`Self::aggregated`]).
+    pub fn spared_now(&self, route: &str) -> bool {
+        self.enabled && self.holds.spares(route)
+    }
+
+    /// Whether the own level (`own`) spares a route that [`Self::spared_now`] answered
+    /// `spared` for: only while `own` admits the top business class whole. Once the heavy
+    /// routes' top class is refused too, the level applies to every route again (business
+    /// priority is global; a spared route's lower classes must not pass while another
+    /// route's top class is refused).
+    pub fn spares(&self, spared: bool, own: AdmissionLevel) -> bool {
+        spared && own.priority().business > 0
     }
 
     /// The level to stamp on `route`'s responses: min(own, its downstreams'), without the
-    /// own level while it spares the route.
-    pub fn aggregated(&self, route: &str, own: AdmissionLevel) -> AdmissionLevel {
+    /// own level while it spares the route (`spared`: [`Self::spared_now`] at its door).
+    pub fn aggregated(&self, route: &str, own: AdmissionLevel, spared: bool) -> AdmissionLevel {
         if !self.enabled {
             return own;
         }
-        let own = if self.spares(route, own) { AdmissionLevel::FULLY_OPEN } else { own };
+        let own = if self.spares(spared, own) { AdmissionLevel::FULLY_OPEN } else { own };
         self.deps.aggregated(route, own, |a, r| self.cached(a, r))
     }
 }

@@ -181,13 +181,18 @@ impl<A: AppClient> Inbound<A> {
             .as_ref()
             .and_then(|_| route_level::route_of(req.uri().path()))
             .map(|r| r.into());
-        let mut response = self.handle(&conn, req, route.as_deref()).await;
+        // Whether the own level spares the route: read once, for the door and the stamp.
+        let spared = match (&self.routes, route.as_deref()) {
+            (Some(routes), Some(route)) => routes.spared_now(route),
+            _ => false,
+        };
+        let mut response = self.handle(&conn, req, route.as_deref(), spared).await;
         let own = self.shared.engine.level();
         let headers = response.headers_mut();
         headers.insert(self.refusals.level_name().clone(), self.refusals.level_value(own));
         match (&self.routes, route) {
             (Some(routes), Some(route)) => {
-                let level = routes.aggregated(&route, own);
+                let level = routes.aggregated(&route, own, spared);
                 if let Ok(value) = http::HeaderValue::from_str(&route) {
                     headers.insert(route_level::ROUTE, value);
                     headers.insert(route_level::ROUTE_LEVEL, self.refusals.level_value(level));
@@ -212,6 +217,7 @@ impl<A: AppClient> Inbound<A> {
         conn: &ConnState,
         req: Request<CallerBody>,
         route: Option<&str>,
+        route_spared: bool,
     ) -> Early {
         let arrival = Instant::now();
         let (mut parts, body) = req.into_parts();
@@ -236,7 +242,7 @@ impl<A: AppClient> Inbound<A> {
         // so the app does not spend work on it first.
         let (mut probe, mut spared) = (false, false);
         if let (Some(routes), Some(route)) = (&self.routes, route) {
-            spared = routes.spares(route, engine.level());
+            spared = routes.spares(route_spared, engine.level());
             match routes.door(route, priority) {
                 RouteDoor::Pass => {}
                 RouteDoor::Probe => probe = true,

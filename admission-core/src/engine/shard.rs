@@ -16,7 +16,7 @@ thread_local! {
 
 /// A small, stable number per thread, handed out round-robin.
 #[inline]
-pub(super) fn thread_ordinal() -> usize {
+pub(crate) fn thread_ordinal() -> usize {
     THREAD_ORDINAL
         .try_with(|o| {
             let mut v = o.get();
@@ -30,7 +30,7 @@ pub(super) fn thread_ordinal() -> usize {
 }
 
 /// Shards for this machine: its parallelism rounded up to a power of two, capped.
-pub(super) fn shard_count() -> usize {
+pub(crate) fn shard_count() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).next_power_of_two().min(MAX_SHARDS)
 }
 
@@ -73,4 +73,4 @@ impl QueuingShard {
 /// neighbours (the level and the active window set, read on every admit).
 #[repr(align(128))]
 #[derive(Default)]
-pub(super) struct Padded<T>(pub(super) T);
+pub(crate) struct Padded<T>(pub(crate) T);

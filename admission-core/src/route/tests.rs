@@ -436,10 +436,64 @@ fn sparing_ends_once_the_heavy_routes_hold_little_and_state_is_bounded() {
     feed(&h, &clock, 30, &[("/x", 1, 140, 120), ("/y", 30, 35, 12)]);
     assert!(!h.spares("/y"), "{:?}", h.spared());
     // At most four routes followed; bad routes never.
-    let (h, _clock) = holds();
+    let (h, clock) = holds();
     for i in 0..10 {
         h.record(&format!("/r{i}"), Duration::from_millis(10), Duration::ZERO);
     }
     h.record("", Duration::from_millis(10), Duration::ZERO);
+    clock.advance(HOLD_WINDOW);
+    h.record("/r0", Duration::from_millis(10), Duration::ZERO);
     assert_eq!(h.routes(), 4);
+}
+
+#[test]
+fn spared_count_matches_the_spared_routes() {
+    let (h, clock) = holds();
+    assert_eq!(h.spared_count(), 0);
+    feed(&h, &clock, 10, &[("/x", 20, 140, 120), ("/y", 30, 35, 12), ("/z", 10, 30, 5)]);
+    assert_eq!(h.spared_count(), 2);
+    assert_eq!(h.spared_count(), h.spared().len());
+    assert!(h.sparing());
+    clock.advance(Duration::from_secs(3));
+    assert_eq!(h.spared_count(), 0);
+    assert!(!h.sparing());
+}
+
+#[test]
+fn a_window_never_holds_half_a_sample() {
+    // Recorders on several threads (sharing shards: more threads than shards here) while
+    // another thread drains windows: in every drained window each route's hold is exactly
+    // three times its wait (as in every sample), and no sample is lost or counted twice.
+    const THREADS: u64 = 4;
+    const SAMPLES: u64 = 20_000;
+    let h = RouteHolds::new(8, ManualClock::new());
+    let done = std::sync::atomic::AtomicU64::new(0);
+    let mut drained = 0u64;
+    let mut check = |h: &RouteHolds<ManualClock>| {
+        let mut window = HashMap::new();
+        h.take_window(&mut window);
+        for (route, r) in &window {
+            let w = r.window;
+            assert_eq!(w.hold_ns, 3 * w.wait_ns, "{route}: {w:?}");
+            drained += u64::from(w.answers);
+        }
+    };
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let (h, done) = (&h, &done);
+            s.spawn(move || {
+                let route = format!("/r{t}");
+                for i in 0..SAMPLES {
+                    let wait = Duration::from_micros(1 + (i * 7 + t) % 997);
+                    h.record(&route, wait * 3, wait);
+                }
+                done.fetch_add(1, Relaxed);
+            });
+        }
+        while done.load(Relaxed) < THREADS {
+            check(&h);
+        }
+    });
+    check(&h);
+    assert_eq!(drained, THREADS * SAMPLES);
 }
