@@ -34,9 +34,11 @@ use crate::body::ResponseBody;
 use crate::config::ServerConfig;
 
 mod activity;
+pub(crate) mod budget_timer;
 pub(crate) mod caller_io;
 mod conn;
 pub(crate) mod detect;
+mod flagged;
 mod h2_streams;
 
 /// What a role answers hyper's own error responses with (HTTP/1.1: hyper writes a canned
