@@ -18,7 +18,12 @@
 //!   streams). A connection asked to close is dropped once it has had nothing inside (no
 //!   request, no response body still streaming) for `timeouts.graceful_close`: h2's
 //!   graceful close waits for the peer to acknowledge a PING, and a peer that never does
-//!   would otherwise keep the connection, and its place, for ever.
+//!   would otherwise keep the connection, and its place, for ever. The driver's timer and
+//!   drain watch are polled when they fire, not on each of the connection's wake-ups
+//!   ([`flagged`]);
+//! - each request's budget timer (its wait for the app) is the connection's, lent to one
+//!   request at a time and moved to its deadline ([`budget_timer`]): no timer-wheel insert
+//!   and removal per request.
 //!
 //! [`CallerIo`]: caller_io::CallerIo
 
@@ -34,9 +39,11 @@ use crate::body::ResponseBody;
 use crate::config::ServerConfig;
 
 mod activity;
+pub(crate) mod budget_timer;
 pub(crate) mod caller_io;
 mod conn;
 pub(crate) mod detect;
+mod flagged;
 mod h2_streams;
 
 /// What a role answers hyper's own error responses with (HTTP/1.1: hyper writes a canned

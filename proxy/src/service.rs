@@ -51,6 +51,7 @@ use crate::http::{respond, Names};
 use crate::priority::PriorityHeaders;
 use crate::refusal::{Refusals, ShedReason, WeirError};
 use crate::route_level::{self, Ages, RouteState};
+use crate::server::budget_timer::{Budget, BudgetTimer};
 use crate::server::{LevelStamp, Role};
 use crate::shared::Shared;
 use crate::telemetry::ProxyMetrics;
@@ -99,6 +100,8 @@ pub struct Inbound<A = Endpoint> {
 pub struct ConnState {
     /// Requests of this connection waiting in the queue.
     queued: AtomicUsize,
+    /// The timer bounding each request's wait for the app, reused from one to the next.
+    budget: BudgetTimer,
 }
 
 /// What a layer answers instead of passing the request on.
@@ -373,7 +376,7 @@ impl<A: AppClient> Inbound<A> {
             .and_then(|w| w.visit_route(&mut parts.headers, route, probe));
         let exchange = AppExchange::new(slot, now, self.shared.clone(), visit);
         let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
-        self.forward(parts, body, protocol, deadline, exchange, grpc).await
+        self.forward(conn, parts, body, protocol, deadline, exchange, grpc).await
     }
 
     /// The body layer: a request body of declared length takes an in-flight slot only once
@@ -465,8 +468,10 @@ impl<A: AppClient> Inbound<A> {
 
     /// The app layer: forward, bound the head by the budget, and settle the exchange when
     /// the app's body has ended.
+    #[allow(clippy::too_many_arguments)]
     async fn forward(
         &self,
+        conn: &ConnState,
         parts: http::request::Parts,
         body: EarlyBody,
         protocol: Protocol,
@@ -491,11 +496,12 @@ impl<A: AppClient> Inbound<A> {
             remaining,
             &self.timeout_header,
         );
-        // One timer for the head and a small body alike: registered once, not twice.
-        let mut budget = std::pin::pin!(tokio::time::sleep_until(deadline));
+        // One timer for the head and a small body alike: the connection's, moved to this
+        // request's deadline (see `BudgetTimer`).
+        let mut budget = conn.budget.lend(deadline);
         // Boxed: the client's future is the largest part of this one, which is built and
         // moved by every layer above it on each request; a pointer is cheaper to carry.
-        let sent = within(budget.as_mut(), Box::pin(self.app.send(protocol, req))).await;
+        let sent = within(&mut budget, Box::pin(self.app.send(protocol, req))).await;
         let crate::app_client::Exchange { response, lease } = match sent {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {
@@ -529,7 +535,7 @@ impl<A: AppClient> Inbound<A> {
             return Response::from_parts(head, ResponseBody::empty());
         }
         if body.size_hint().exact().is_some_and(|n| n <= BUFFER_LIMIT) {
-            return match within(budget.as_mut(), crate::body::read_whole(body)).await {
+            return match within(&mut budget, crate::body::read_whole(body)).await {
                 Ok(Ok((data, trailers))) => {
                     exchange.done();
                     lease.reusable();
@@ -580,15 +586,15 @@ impl<A: AppClient> Inbound<A> {
 
 /// `work`'s output, or `Err` once `budget` has elapsed (`work` is polled first, as
 /// `tokio::time::timeout` does, so what is ready at the deadline still counts).
-async fn within<F: Future>(
-    budget: std::pin::Pin<&mut tokio::time::Sleep>,
-    work: F,
-) -> Result<F::Output, ()> {
-    tokio::select! {
-        biased;
-        output = work => Ok(output),
-        () = budget => Err(()),
-    }
+async fn within<F: Future>(budget: &mut Budget<'_>, work: F) -> Result<F::Output, ()> {
+    let mut work = std::pin::pin!(work);
+    std::future::poll_fn(|cx| {
+        if let std::task::Poll::Ready(output) = work.as_mut().poll(cx) {
+            return std::task::Poll::Ready(Ok(output));
+        }
+        budget.poll_expired(cx).map(Err)
+    })
+    .await
 }
 
 // === impl Role for Inbound ===

@@ -19,6 +19,7 @@ use weir_net::ConnectionPermit;
 use super::activity::{Activity, Busy};
 use super::caller_io::CallerIo;
 use super::detect::{self, Detected};
+use super::flagged::Flagged;
 use super::h2_streams::StreamExecutor;
 use super::{LevelStamp, Role};
 use crate::config::ServerConfig;
@@ -110,10 +111,10 @@ impl<R: Role> Connection<R> {
             (self.config.timeouts.idle, self.config.timeouts.graceful_close);
         let mut conn = pin!(conn);
         let first = header_read.map_or(idle, |h| h.min(idle));
-        let timer = tokio::time::sleep(first);
-        let mut timer = pin!(timer);
-        let drained = self.drain.signaled();
-        let mut drained = pin!(drained);
+        // Flagged: polled when they fire, not on each of the connection's wake-ups (two per
+        // HTTP/1.1 request), which would register the task with each again every time.
+        let mut timer = Flagged::new(Box::pin(tokio::time::sleep(first)));
+        let mut drained = Flagged::new(Box::pin(self.drain.signaled()));
         let mut closing = false;
         loop {
             tokio::select! {
@@ -123,7 +124,7 @@ impl<R: Role> Connection<R> {
                     }
                     return;
                 }
-                () = timer.as_mut() => {
+                () = &mut timer => {
                     let now = Instant::now();
                     if closing {
                         // Asked to close at least `graceful_close` ago: done if nothing is
@@ -135,7 +136,7 @@ impl<R: Role> Connection<R> {
                             );
                             return;
                         }
-                        timer.as_mut().reset(now + graceful_close);
+                        timer.get_mut().as_mut().reset(now + graceful_close);
                         continue;
                     }
                     let head_at = header_read.and_then(|h| activity.head_deadline(h));
@@ -154,16 +155,16 @@ impl<R: Role> Connection<R> {
                         Some(at) if at <= now => {
                             conn.as_mut().graceful_shutdown();
                             closing = true;
-                            timer.as_mut().reset(now + graceful_close);
+                            timer.get_mut().as_mut().reset(now + graceful_close);
                         }
-                        Some(at) => timer.as_mut().reset(at.min(next)),
-                        None => timer.as_mut().reset(next),
+                        Some(at) => timer.get_mut().as_mut().reset(at.min(next)),
+                        None => timer.get_mut().as_mut().reset(next),
                     }
                 }
-                () = drained.as_mut(), if !closing => {
+                () = &mut drained, if !closing => {
                     conn.as_mut().graceful_shutdown();
                     closing = true;
-                    timer.as_mut().reset(Instant::now() + graceful_close);
+                    timer.get_mut().as_mut().reset(Instant::now() + graceful_close);
                 }
             }
         }
