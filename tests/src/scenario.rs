@@ -502,6 +502,15 @@ async fn step_run(
         run_once(&app.config, kind, config, |target| config.spec(target, phases.clone(), mix))
             .await?;
     let metrics = step_metrics(&run.report.events, &phases, rps, app.service_ms(), 3);
+    if std::env::var_os(STEP_TRACE_ENV).is_some() {
+        let label = format!("{} {} {}", app.label, mix.name, kind.label());
+        for line in analysis::settle_trace(&run.report.events, &phases, rps, app.service_ms()) {
+            eprintln!("settle-trace {label} {line}");
+        }
+        for s in &run.status {
+            eprintln!("status-trace {label} {}", analysis::status_line(s));
+        }
+    }
     Ok(StepResult {
         app: app.label.clone(),
         mix: mix.name.clone(),
@@ -513,6 +522,10 @@ async fn step_run(
         backend: run.backend,
     })
 }
+
+/// Set (to anything) to print each 500 ms settle window of a step run (served, admitted
+/// p90, pass or fail) and every status sample to stderr; the report is unchanged.
+const STEP_TRACE_ENV: &str = "OVERLOAD_STEP_TRACE";
 
 /// Median of the status samples' in-flight limit over the second half of a run.
 fn settled_limit(status: &[StatusSample]) -> Option<f64> {

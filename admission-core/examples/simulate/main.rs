@@ -208,6 +208,13 @@ fn print_summary(s: &Summary) {
         .map(|w| w.map_or_else(|| "never".to_string(), |w| w.to_string()))
         .collect();
     println!("settle windows per step: {}", settle.join(", "));
+    for (s, f) in s.strict_settle_s.iter().zip(&s.strict_failures) {
+        println!(
+            "strict settle: {} (failing spans: {})",
+            s.map_or("never".into(), |s| format!("{s:.1} s")),
+            f.join(" ")
+        );
+    }
     println!("phase  load  goodput  refused  timeouts/refusals  p50/p90/p99 ms (from 2nd s)  first cut  all classes >=99% after  limit at end  success per class");
     for (p, (r, l)) in s.phase_reports.iter().zip(&s.phase_end_limit).enumerate() {
         let classes: Vec<String> = r.classes.iter().map(|c| format!("{:.4}", c.success)).collect();

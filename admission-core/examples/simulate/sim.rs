@@ -259,6 +259,11 @@ pub struct Summary {
     pub shed_error_pp: f64,
     /// Per load step: windows from the step until the loop stays settled.
     pub settle_windows: Vec<Option<u32>>,
+    /// Per load step, overload-bench's strict rule: seconds from the step until every
+    /// 500 ms span (on a 100 ms grid, by arrival) serves >= 90% of capacity with served
+    /// p90 <= S + 40 ms; and the spans that fail it (start in ms after the step).
+    pub strict_settle_s: Vec<Option<f64>>,
+    pub strict_failures: Vec<Vec<String>>,
     /// Standard deviation of admitted per window over capacity, steady period.
     pub oscillation: f64,
     /// The same over the second half of each phase.
@@ -678,6 +683,18 @@ fn summarize(
             settle_after(phase, capacity)
         })
         .collect();
+    let strict: Vec<(Option<f64>, Vec<String>)> = (1..cfg.phases.len())
+        .filter(|&p| cfg.phases[p] > cfg.phases[p - 1])
+        .map(|p| {
+            strict_settle(
+                cfg,
+                requests,
+                ends,
+                (p * phase_len) as u64 * SEC,
+                ((p + 1) * phase_len) as u64 * SEC,
+            )
+        })
+        .collect();
     let phase_reports = (0..cfg.phases.len())
         .map(|p| {
             let from = (p * phase_len) as u64 * SEC;
@@ -738,6 +755,8 @@ fn summarize(
         ideal_shed_fraction: ideal,
         shed_error_pp: (shed_fraction - ideal) * 100.0,
         settle_windows,
+        strict_settle_s: strict.iter().map(|s| s.0).collect(),
+        strict_failures: strict.into_iter().map(|s| s.1).collect(),
         oscillation: oscillation(steady, capacity),
         phase_oscillation,
         mean_queuing_ms: q / qn / 1e6,
@@ -776,4 +795,42 @@ fn settle_after(phase: &[WindowReport], capacity: f64) -> Option<u32> {
         Some(i) if i + 1 < pairs.len() => Some(i as u32 + 1),
         Some(_) => None,
     }
+}
+
+/// overload-bench's settle rule over `[from, to)` (see [`Summary::strict_settle_s`]).
+fn strict_settle(
+    cfg: &SimConfig,
+    requests: &[Request],
+    ends: &[Option<End>],
+    from: u64,
+    to: u64,
+) -> (Option<f64>, Vec<String>) {
+    let span = SEC / 2;
+    let grid = SEC / 10;
+    let need = 0.9 * cfg.capacity_per_sec() * 0.5;
+    let max_p90 = cfg.service.as_nanos() as u64 + 40 * MS;
+    let mut good = Vec::new();
+    let mut fails = Vec::new();
+    let mut u = from;
+    while u + span <= to {
+        let mut lat: Vec<u64> = requests
+            .iter()
+            .zip(ends)
+            .filter(|(r, _)| r.arrival >= u && r.arrival < u + span)
+            .filter_map(|(r, e)| match e {
+                Some(End::Served(t)) if *t <= r.deadline => Some(t - r.arrival),
+                _ => None,
+            })
+            .collect();
+        lat.sort_unstable();
+        let p90 = percentile(&lat, 0.9);
+        let ok = lat.len() as f64 >= need && p90 * 1e6 <= max_p90 as f64;
+        if !ok {
+            fails.push(format!("+{}:{}/{:.0},p90 {:.0}", (u - from) / MS, lat.len(), need, p90));
+        }
+        good.push(ok);
+        u += grid;
+    }
+    let first = good.iter().rposition(|g| !g).map_or(0, |i| i + 1);
+    ((first < good.len()).then_some(first as f64 * 0.1), fails)
 }

@@ -593,6 +593,50 @@ fn the_capacity_law_never_cuts_into_a_top_class_that_fits() {
     assert!(!next.admits(Priority { business: 0, user: 127 }), "{next}");
 }
 
+/// The queue's max wait bounds only the waiters of the level's own class and beyond, so a
+/// level never admits whole classes that together arrive faster than the app completes: the
+/// relax probe one bucket into class 2 (at 1.2x the app in classes 0-1) stays at the end of
+/// class 1 instead, whose waiters the max wait then bounds. While the whole classes fit, the
+/// probe crosses as before.
+#[test]
+fn a_level_never_admits_whole_classes_the_app_cannot_serve() {
+    // Class 0: 300 a second, class 1: 840 (users 0-119), class 2: 15 at each user level.
+    let histogram = |class1_per_bucket: u32| {
+        let mut h = vec![0; COMPOUND_LEVELS];
+        for u in 0..120 {
+            h[Priority { business: 0, user: u }.compound() as usize] = if u < 100 { 3 } else { 0 };
+            h[Priority { business: 1, user: u }.compound() as usize] = class1_per_bucket;
+        }
+        for u in 0..128 {
+            h[Priority { business: 2, user: u }.compound() as usize] = 15;
+        }
+        h
+    };
+    let end_of_class_1 =
+        AdmissionLevel::from_compound(Priority { business: 1, user: 127 }.compound()).unwrap();
+    let relax = |admitted: u64| {
+        let mut w = window(admitted + 1_920, admitted, 1_000, 5);
+        (w.completed, w.busy_ns, w.busy_completed) = (1_000, 600 * MS, 600);
+        w
+    };
+    let h = histogram(7);
+    let mut c = capacity_measured_at(1_000);
+    let next = c.next_level(end_of_class_1, Zone::Relax, &relax(1_140), &h);
+    assert_eq!(next, end_of_class_1, "class 1 (with class 0: 1.14x the app) stays marginal");
+    // Classes 0-1 at 0.9x of the app: the probe admits the first bucket of class 2.
+    let h = histogram(5);
+    let mut c = capacity_measured_at(1_000);
+    let next = c.next_level(end_of_class_1, Zone::Relax, &relax(900), &h);
+    assert_eq!(next.priority().business, 2, "{next}");
+    // A capacity never measured saturated (a lower bound) never bounds the level.
+    let h = histogram(7);
+    let mut c = Controller::new(&config(Law::Capacity));
+    let mut w = relax(1_140);
+    w.busy_ns = 0;
+    let next = c.next_level(end_of_class_1, Zone::Relax, &w, &h);
+    assert_eq!(next.priority().business, 2, "{next}");
+}
+
 #[test]
 fn the_level_binds_beyond_one_in_fifty_and_a_censored_window_is_one_it_does_not_bind() {
     // 98 arrivals the level admits, a few beyond it.

@@ -187,3 +187,68 @@ pub fn timeline(events: &[Event], classes: usize, width: f64) -> Vec<TimelineBuc
 pub fn fmt_secs(secs: Option<f64>) -> String {
     secs.map_or("never".into(), |s| format!("{s:.1} s"))
 }
+
+/// One line per settle window of the high phase (the grid and rule of [`step_metrics`]):
+/// start (s after the jump), served against the bar, admitted p90 against the bar, and which
+/// condition failed. For `OVERLOAD_STEP_TRACE`.
+pub fn settle_trace(
+    events: &[Event],
+    phases: &[Phase],
+    capacity: f64,
+    service_ms: f64,
+) -> Vec<String> {
+    let [low, high, ..] = phases else { return Vec::new() };
+    let up = low.duration.as_secs_f64();
+    let down = up + high.duration.as_secs_f64();
+    let need = SETTLE_MIN_GOODPUT * capacity * SETTLE_WINDOW_SECS;
+    let max_p90 = service_ms + LATENCY_MARGIN_MS;
+    (0..)
+        .map(|i| up + i as f64 * a::GRID_SECS)
+        .take_while(|u| u + SETTLE_WINDOW_SECS <= down + 1e-9)
+        .map(|u| {
+            let c = a::counts(events, u, u + SETTLE_WINDOW_SECS, None);
+            let p90 = a::admitted_latency_ms(events, u, u + SETTLE_WINDOW_SECS, 0.9);
+            let served_ok = c.ok as f64 >= need;
+            let p90_ok = p90.is_some_and(|p| p <= max_p90);
+            let verdict = match (served_ok, p90_ok) {
+                (true, true) => "ok",
+                (false, true) => "FAIL served",
+                (true, false) => "FAIL p90",
+                (false, false) => "FAIL both",
+            };
+            format!(
+                "t+{:.1} sent {} ok {} (need {:.0}) refused {} timed_out {} p90 {} (max {:.0}) {}",
+                u - up,
+                c.sent,
+                c.ok,
+                need,
+                c.refused,
+                c.timed_out,
+                p90.map_or("-".into(), |p| format!("{p:.1}")),
+                max_p90,
+                verdict
+            )
+        })
+        .collect()
+}
+
+/// A status sample on one line, for `OVERLOAD_STEP_TRACE`.
+pub fn status_line(s: &crate::status::StatusSample) -> String {
+    let d = &s.doc;
+    format!(
+        "t={:.2} level {} overloaded {} cap {} q {}ms inflight {}/{} queued {} windows {} last {}",
+        s.at_secs,
+        d.level,
+        d.overloaded,
+        d.capacity_per_sec.map_or("-".into(), |c| format!("{c:.0}")),
+        d.mean_queuing_ms.map_or("-".into(), |q| format!("{q:.1}")),
+        d.inflight,
+        d.max_inflight,
+        d.queue_depth,
+        d.windows_closed,
+        d.window.as_ref().map_or("-".into(), |w| format!(
+            "{:.0}ms arr {} adm {} disp {}",
+            w.duration_ms, w.arrivals, w.admitted, w.dispatched
+        )),
+    )
+}
