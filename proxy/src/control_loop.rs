@@ -43,10 +43,10 @@ pub struct ControlLoop {
 ///
 /// So the most the app held at once, lent included, in a window whose own time held (within
 /// the limit's noise of its baseline), over the horizon, is what it serves without a queue:
-/// while the level spares, everything at the app stays within that plus a quarter (the
-/// limit's probe step: a bound that binds while the own time holds grows by it each window,
-/// so an app that waits without holding anything soon leaves it behind). Outside sparing,
-/// or before a window was judged, the bound is the ceiling (`max_inflight`).
+/// while the level spares (and for 2 s after), everything at the app stays within that plus
+/// a quarter (the limit's probe step: a bound that binds while the own time holds grows by it
+/// each window, so an app that waits without holding anything soon leaves it behind).
+/// Otherwise, or before a window was judged, the bound is the ceiling (`max_inflight`).
 #[derive(Debug, Default)]
 struct WorkerBound {
     start: u64,
@@ -58,7 +58,14 @@ struct WorkerBound {
     /// `(end, mean own time)` of the judged windows: the lowest is a baseline too (the
     /// limit's may have been measured while the app queued from the start).
     means: VecDeque<(u64, f64)>,
+    /// When the level last spared routes: the bound holds for `WORKER_SPARING_HOLD` after
+    /// (the sparing flickers at its thresholds, and each lapse let the heavy routes' requests
+    /// fill the app's workers again).
+    spared_at: Option<u64>,
 }
+
+/// See `WorkerBound::spared_at`: the sparing's own staleness bound.
+const WORKER_SPARING_HOLD: u64 = 2_000_000_000;
 
 /// A worker-bound window closes after this (with enough answers)...
 const WORKER_WINDOW: u64 = 100_000_000;
@@ -77,7 +84,7 @@ impl WorkerBound {
     }
 
     /// The timer's turn: closes the window once it is over, remembering its peak if its own
-    /// time held (within the limit's noise of the `baseline`: a fifth, and at least 5 ms).
+    /// time held (see below).
     fn tick(&mut self, now: u64, baseline: Duration) {
         let elapsed = now.saturating_sub(self.start);
         if elapsed < WORKER_WINDOW {
@@ -92,8 +99,10 @@ impl WorkerBound {
                 0.0 => lowest,
                 limit => limit.min(lowest),
             };
+            // Held: within the limit's hysteresis (half its noise tolerance, at most a tenth
+            // of the baseline): a queue of a quarter of an 8-worker app's workers is not.
             // (A window measured clean against a baseline that was itself queued is not.)
-            let held = b + (0.2 * b).max(5e6);
+            let held = b + ((0.2 * b).max(5e6) / 2.0).min(0.1 * b);
             self.clean.retain(|&(_, _, m)| m <= held);
         } else if elapsed < WORKER_WINDOW_MAX {
             return;
@@ -233,8 +242,12 @@ impl ControlLoop {
             if adaptive.middle_hop() {
                 let mut workers = self.workers();
                 workers.tick(engine.clock().now(), adaptive.status().baseline);
-                let mut ceiling = adaptive.ceiling();
+                let now = engine.clock().now();
                 if adaptive.downstream_bound() {
+                    workers.spared_at = Some(now);
+                }
+                let mut ceiling = adaptive.ceiling();
+                if workers.spared_at.is_some_and(|t| now.saturating_sub(t) <= WORKER_SPARING_HOLD) {
                     ceiling = workers.bound().map_or(ceiling, |b| b.min(ceiling));
                 }
                 drop(workers);
