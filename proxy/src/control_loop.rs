@@ -44,8 +44,9 @@ pub struct ControlLoop {
 /// So the most the app held at once, lent included, in a window whose own time held (within
 /// the limit's noise of its baseline), over the horizon, is what it serves without a queue:
 /// while the level spares (and for 2 s after), everything at the app stays within that plus
-/// a quarter (the limit's probe step: a bound that binds while the own time holds grows by it
-/// each window, so an app that waits without holding anything soon leaves it behind).
+/// an eighth (and one: a bound that binds while the own time holds grows by it each window,
+/// so an app that waits without holding anything leaves it behind within about 3 s; with a
+/// quarter, a peak of 11 seen on an 8-worker app left it a queue of 6).
 /// Otherwise, or before a window was judged, the bound is the ceiling (`max_inflight`).
 #[derive(Debug, Default)]
 struct WorkerBound {
@@ -120,7 +121,7 @@ impl WorkerBound {
     /// The bound on everything at the app, if a window has been judged.
     fn bound(&self) -> Option<usize> {
         let peak = self.clean.iter().map(|&(_, p, _)| p).max()?;
-        Some(((peak as f64 * 1.25).ceil() as usize).max(peak + 1))
+        Some(peak + (peak / 8).max(1))
     }
 }
 
