@@ -332,6 +332,16 @@ impl AdaptiveLimit {
         self.downstream_bound = on;
     }
 
+    /// See [`AdaptiveLimit::set_downstream_bound`].
+    pub fn downstream_bound(&self) -> bool {
+        self.downstream_bound
+    }
+
+    /// See [`AdaptiveLimitConfig::middle_hop`]. (A fixed limit is never one: it adapts nothing.)
+    pub fn middle_hop(&self) -> bool {
+        self.cfg.middle_hop && self.adapts()
+    }
+
     /// The limit in force now.
     pub fn limit(&self) -> usize {
         self.limit

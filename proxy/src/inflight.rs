@@ -220,7 +220,12 @@ impl InflightLimit {
     }
 
     pub fn set_ceiling(&self, n: usize) {
-        self.ceiling.store(n.max(1), SeqCst);
+        let before = self.ceiling.swap(n.max(1), SeqCst);
+        if n > before {
+            let mut wake = Vec::new();
+            self.grant_locked(&mut self.state(), &mut wake);
+            wake.into_iter().for_each(Waker::wake);
+        }
     }
 
     /// Takes a slot if one is free under the limit (plus what is lent, within the ceiling).

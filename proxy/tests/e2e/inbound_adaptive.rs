@@ -465,7 +465,12 @@ async fn a_middle_hop_sheds_its_own_overload_at_its_door_with_the_egress_role_on
         total(|c| c.refused.load(Relaxed)),
         total(|c| c.failed.load(Relaxed)),
     );
-    eprintln!("x {x:?}\ny {y:?}\nlimit {:?}", a.shared().control.status());
+    eprintln!(
+        "x {x:?}\ny {y:?}\nlimit {:?}, ceiling {}, spared {:?}",
+        a.shared().control.status(),
+        a.shared().limit.ceiling(),
+        a.shared().waits.as_ref().and_then(|w| w.routes()).map(|r| r.holds.spared()),
+    );
     let all = ok + refused + failed;
     assert!(all > 1_000, "the load was offered: {all}");
     // Margin for a busy 2-core machine: a handful of late answers, not a collapse.

@@ -18,6 +18,7 @@
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -178,6 +179,10 @@ pub struct VariantResult {
     pub all: RunStats,
     /// weir A's limit and level.
     pub a_limit: Option<LimitStats>,
+    /// App A every 100 ms: `(seconds, waiting for a worker, workers busy, calls to B in
+    /// flight)`, the queue in the app that weir A's status cannot show (its trace beside
+    /// `a_limit`'s series).
+    pub a_app_series: Vec<(f64, usize, usize, usize)>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -318,7 +323,24 @@ async fn run_variant(
     spec.class_paths = paths;
     spec.warmup = config.warmup;
     spec.seed = config.seed;
-    let report = load::run(spec).await?;
+    let a_app_series = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let app_sampler = {
+        let (app, sink) = (app_a.clone(), a_app_series.clone());
+        tokio::spawn(async move {
+            let start = Instant::now();
+            let mut ticks = tokio::time::interval(Duration::from_millis(100));
+            loop {
+                ticks.tick().await;
+                let sample =
+                    (start.elapsed().as_secs_f64(), app.waiting(), app.busy(), app.calling());
+                sink.lock().unwrap_or_else(|e| e.into_inner()).push(sample);
+            }
+        })
+    };
+    let report = load::run(spec).await;
+    app_sampler.abort();
+    let a_app_series = std::mem::take(&mut *a_app_series.lock().unwrap_or_else(|e| e.into_inner()));
+    let report = report?;
     let a_limit = poller.and_then(|p| LimitStats::from_samples(&p.stop()));
     drop(weir_a);
     drop(weir_b);
@@ -336,6 +358,7 @@ async fn run_variant(
         y,
         all: from_report(&report),
         a_limit,
+        a_app_series,
     })
 }
 
@@ -373,6 +396,10 @@ struct AppA {
     /// Pass the inbound request's correlation headers on to B.
     forward_ids: bool,
     client: Client<HttpConnector, Empty<Bytes>>,
+    /// Requests waiting for a worker, and calls to B in flight (for the trace).
+    waiting: AtomicUsize,
+    calling: AtomicUsize,
+    pool: usize,
 }
 
 /// What a traced app forwards on its outbound calls.
@@ -385,7 +412,28 @@ impl AppA {
         let client = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(usize::MAX)
             .build(connector);
-        AppA { workers: Semaphore::new(workers), work, downstream, forward_ids, client }
+        AppA {
+            workers: Semaphore::new(workers),
+            work,
+            downstream,
+            forward_ids,
+            client,
+            waiting: AtomicUsize::new(0),
+            calling: AtomicUsize::new(0),
+            pool: workers,
+        }
+    }
+
+    fn waiting(&self) -> usize {
+        self.waiting.load(Relaxed)
+    }
+
+    fn busy(&self) -> usize {
+        self.pool.saturating_sub(self.workers.available_permits())
+    }
+
+    fn calling(&self) -> usize {
+        self.calling.load(Relaxed)
     }
 
     async fn serve(self: Arc<Self>) -> anyhow::Result<weir_workload::backend::HttpServer> {
@@ -414,7 +462,11 @@ impl AppA {
         };
         let calls_b = req.uri().path() == "/x";
         // A worker, as long as it takes (the app's own queue; a thread pool does not shed).
-        let Ok(_worker) = self.workers.acquire().await else { return answer(503, None) };
+        let worker = {
+            let _waiting = Counted::new(&self.waiting);
+            self.workers.acquire().await
+        };
+        let Ok(_worker) = worker else { return answer(503, None) };
         tokio::time::sleep(self.work).await;
         if !calls_b {
             return answer(200, None);
@@ -447,7 +499,11 @@ impl AppA {
             body.collect().await?;
             anyhow::Ok(parts)
         };
-        match tokio::time::timeout_at(deadline, exchange).await {
+        let outcome = {
+            let _calling = Counted::new(&self.calling);
+            tokio::time::timeout_at(deadline, exchange).await
+        };
+        match outcome {
             Ok(Ok(parts)) => {
                 let shed = parts.headers.get("x-weir-shed").cloned();
                 answer(parts.status.as_u16(), shed)
@@ -455,6 +511,22 @@ impl AppA {
             Ok(Err(_)) => answer(502, None),
             Err(_) => answer(504, None),
         }
+    }
+}
+
+/// One in a gauge while alive (a handler dropped mid-wait, its caller gone, counts out too).
+struct Counted<'a>(&'a AtomicUsize);
+
+impl<'a> Counted<'a> {
+    fn new(gauge: &'a AtomicUsize) -> Self {
+        gauge.fetch_add(1, Relaxed);
+        Counted(gauge)
+    }
+}
+
+impl Drop for Counted<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Relaxed);
     }
 }
 
