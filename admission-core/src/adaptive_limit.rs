@@ -910,5 +910,8 @@ fn patience(mean: f64) -> Nanos {
     (4.0 * mean) as u64 + 1_000_000_000
 }
 
+mod worker_bound;
+pub use worker_bound::WorkerBound;
+
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,211 @@
+//! A middle hop's bound on everything at its app, lent slots included, while its level
+//! spares routes (the proxy's control loop applies it as the in-flight ceiling).
+//!
+//! A lent slot (a request waiting on a downstream) frees room under the adaptive limit:
+//! right for an app that waits without holding anything, wrong for one that holds a worker
+//! (a thread) while it waits, which is the model the sparing itself rests on (a route is
+//! heavy because its waits hold what the app holds). There, the lent requests of the heavy
+//! routes keep the app's workers, the requests let in beside them queue for a worker in the
+//! app (FIFO, where the spared routes' place at the head of the sidecar's queue is lost),
+//! and that queue is in the app's own time whatever the limit does: the limit then measures
+//! the wait for a worker as the app's service time (a knee search read 23 for an app of 8
+//! workers). Measured on the no-harm middle hop: defaults 0.55-0.71x of a hand-set
+//! `max_inflight` equal to the workers.
+//!
+//! So the most the app held at once, lent included, in a window whose own time held (within
+//! the limit's hysteresis of its baseline), over the horizon, is what it serves without a
+//! queue: while the level spares (and for [`SPARING_HOLD`] after), everything at the app
+//! stays within that plus an eighth (and one: a bound that binds while the own time holds
+//! grows by it each window, so an app that waits without holding anything leaves it behind
+//! within about 3 s; with a quarter, a peak of 11 seen on an 8-worker app left it a queue of
+//! 6). Otherwise, or before a window was judged, the bound is the ceiling (`max_inflight`).
+//!
+//! Pure, like the limit: the caller passes `now` and wraps it in a lock.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::AdaptiveLimitConfig;
+use crate::clock::Nanos;
+
+/// The bound holds this long after the level last spared a route: the sparing flickers at
+/// its thresholds, and each lapse let the heavy routes' requests fill the app's workers.
+pub const SPARING_HOLD: Nanos = 2_000_000_000;
+
+/// A window closes after this (with enough answers)...
+const WINDOW: Nanos = 100_000_000;
+/// ...or unjudged after this.
+const WINDOW_MAX: Nanos = 1_000_000_000;
+/// Answers a window needs to be judged.
+const MIN_ANSWERS: u32 = 8;
+
+/// See the module's documentation.
+#[derive(Debug)]
+pub struct WorkerBound {
+    /// The limit's noise tolerance (relative, and absolute in nanoseconds) and horizon.
+    tolerance: f64,
+    tolerance_min: f64,
+    horizon: Nanos,
+    /// The open window.
+    start: Nanos,
+    answers: u32,
+    own_sum: u128,
+    peak: usize,
+    /// `(end, peak, mean own time)` of the windows whose own time held, over the horizon
+    /// (at most one per [`WINDOW`]).
+    clean: VecDeque<(Nanos, usize, f64)>,
+    /// `(end, mean own time)` of the judged windows over the horizon: the lowest is a
+    /// baseline too (the limit's may have been measured while the app queued from the start).
+    means: VecDeque<(Nanos, f64)>,
+    /// When the level last spared a route.
+    spared_at: Option<Nanos>,
+}
+
+impl WorkerBound {
+    /// With the limit's settings (its tolerance and horizon).
+    pub fn new(cfg: &AdaptiveLimitConfig, now: Nanos) -> Self {
+        WorkerBound {
+            tolerance: cfg.tolerance,
+            tolerance_min: cfg.tolerance_min.as_nanos() as f64,
+            horizon: cfg.horizon.as_nanos() as Nanos,
+            start: now,
+            answers: 0,
+            own_sum: 0,
+            peak: 0,
+            clean: VecDeque::new(),
+            means: VecDeque::new(),
+            spared_at: None,
+        }
+    }
+
+    /// An answer: the app's own time, and everything at the app (lent included) when it
+    /// came.
+    pub fn on_response(&mut self, own: Duration, at_app: usize) {
+        self.answers = self.answers.saturating_add(1);
+        self.own_sum += own.as_nanos();
+        self.peak = self.peak.max(at_app);
+    }
+
+    /// The timer's turn: closes the window once it is over, remembering its peak if its own
+    /// time held against `baseline` (the limit's; zero while it has none) or the lowest
+    /// window mean, whichever is lower.
+    pub fn tick(&mut self, now: Nanos, baseline: Duration) {
+        let elapsed = now.saturating_sub(self.start);
+        if elapsed < WINDOW {
+            return;
+        }
+        if self.answers >= MIN_ANSWERS {
+            let mean = self.own_sum as f64 / f64::from(self.answers);
+            self.means.push_back((now, mean));
+            self.clean.push_back((now, self.peak, mean));
+            let lowest = self.means.iter().map(|&(_, m)| m).fold(f64::INFINITY, f64::min);
+            let b = match baseline.as_nanos() as f64 {
+                0.0 => lowest,
+                limit => limit.min(lowest),
+            };
+            // Held: within the limit's hysteresis (half its noise tolerance, at most a tenth
+            // of the baseline): a queue of a quarter of an 8-worker app's workers is not.
+            // (A window measured clean against a baseline that was itself queued is not.)
+            let held = b + ((self.tolerance * b).max(self.tolerance_min) / 2.0).min(0.1 * b);
+            self.clean.retain(|&(_, _, m)| m <= held);
+        } else if elapsed < WINDOW_MAX {
+            return;
+        }
+        let old = |end: Nanos| now.saturating_sub(end) > self.horizon;
+        while self.clean.front().is_some_and(|&(end, _, _)| old(end)) {
+            self.clean.pop_front();
+        }
+        while self.means.front().is_some_and(|&(end, _)| old(end)) {
+            self.means.pop_front();
+        }
+        (self.start, self.answers, self.own_sum, self.peak) = (now, 0, 0, 0);
+    }
+
+    /// The bound on everything at the app once a window has been judged clean: its clean
+    /// peak plus an eighth (and one).
+    pub fn bound(&self) -> Option<usize> {
+        let peak = self.clean.iter().map(|&(_, p, _)| p).max()?;
+        Some(peak + (peak / 8).max(1))
+    }
+
+    /// The ceiling in force now: `ceiling` (`max_inflight`), or within [`Self::bound`]
+    /// while the level spares a route (`sparing`) and for [`SPARING_HOLD`] after.
+    pub fn ceiling(&mut self, now: Nanos, sparing: bool, ceiling: usize) -> usize {
+        if sparing {
+            self.spared_at = Some(now);
+        }
+        match self.spared_at {
+            Some(at) if now.saturating_sub(at) <= SPARING_HOLD => {
+                self.bound().map_or(ceiling, |b| b.min(ceiling))
+            }
+            _ => ceiling,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Nanos = 1_000_000;
+
+    fn bound_at(now: Nanos) -> WorkerBound {
+        WorkerBound::new(&AdaptiveLimitConfig::default(), now)
+    }
+
+    /// One 100 ms window of `n` answers at `own` with `at_app` held, closed at `now`.
+    fn window(w: &mut WorkerBound, now: Nanos, own: Duration, at_app: usize, n: u32) {
+        for _ in 0..n {
+            w.on_response(own, at_app);
+        }
+        w.tick(now, Duration::ZERO);
+    }
+
+    #[test]
+    fn no_bound_before_a_clean_window_and_the_ceiling_while_nothing_is_spared() {
+        let mut w = bound_at(0);
+        assert_eq!(w.bound(), None);
+        assert_eq!(w.ceiling(50 * MS, true, 256), 256, "nothing judged yet");
+        window(&mut w, 100 * MS, Duration::from_millis(20), 8, 40);
+        assert_eq!(w.bound(), Some(9), "a clean peak of 8, plus one");
+        let mut idle = bound_at(0);
+        window(&mut idle, 100 * MS, Duration::from_millis(20), 8, 40);
+        assert_eq!(idle.ceiling(150 * MS, false, 256), 256, "never spared: no bound");
+    }
+
+    #[test]
+    fn a_queued_window_is_not_a_peak_the_app_serves_without_a_queue() {
+        let mut w = bound_at(0);
+        window(&mut w, 100 * MS, Duration::from_millis(20), 8, 40);
+        // Twelve at the app, and its own time half as long again: a queue for a worker.
+        window(&mut w, 200 * MS, Duration::from_millis(30), 12, 40);
+        assert_eq!(w.bound(), Some(9));
+        // Within the hysteresis (20 ms + 2 ms): held, and the bound grows with it.
+        window(&mut w, 300 * MS, Duration::from_micros(21_500), 16, 40);
+        assert_eq!(w.bound(), Some(18));
+    }
+
+    #[test]
+    fn a_baseline_measured_queued_is_corrected_by_a_lower_window() {
+        let mut w = bound_at(0);
+        // The first window already queued (40 ms at 12); a later one shows 20 ms at 8.
+        window(&mut w, 100 * MS, Duration::from_millis(40), 12, 40);
+        assert_eq!(w.bound(), Some(13), "alone, it is the lowest seen");
+        window(&mut w, 200 * MS, Duration::from_millis(20), 8, 40);
+        assert_eq!(w.bound(), Some(9), "the queued window no longer counts");
+    }
+
+    #[test]
+    fn the_bound_holds_two_seconds_after_the_sparing_and_forgets_after_the_horizon() {
+        let mut w = bound_at(0);
+        window(&mut w, 100 * MS, Duration::from_millis(20), 8, 40);
+        assert_eq!(w.ceiling(100 * MS, true, 256), 9);
+        assert_eq!(w.ceiling(100 * MS + SPARING_HOLD, false, 256), 9);
+        assert_eq!(w.ceiling(101 * MS + SPARING_HOLD, false, 256), 256);
+        assert_eq!(w.ceiling(200 * MS, true, 4), 4, "never above max_inflight");
+        // A window without enough answers closes unjudged after a second; the clean peak
+        // is forgotten once older than the horizon (10 s).
+        w.tick(11_000 * MS, Duration::ZERO);
+        assert_eq!(w.bound(), None);
+    }
+}
