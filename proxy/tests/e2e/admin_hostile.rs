@@ -11,11 +11,8 @@ use std::time::{Duration, Instant};
 use control_api::StatusDoc;
 use support::backend::Backend;
 use support::client::{bytes_body, Http1};
+use support::CPU_HEAVY;
 use weir_harness::procfs;
-
-/// The tests that load the CPU or measure it take turns: one test's table parses would
-/// otherwise show up in another's CPU figures (they share the process).
-static CPU_HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 async fn status(admin: std::net::SocketAddr) -> StatusDoc {
     let resp = Http1::new().get(&format!("http://{admin}/v1/status"), &[]).await;

@@ -239,6 +239,7 @@ async fn the_shipped_limit_is_adaptive_and_never_limits_a_healthy_app() {
 /// refused 17 of 20: its limit had shrunk to the traffic's own concurrency).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_on_a_quiet_app_is_served_not_refused() {
+    let _turn = support::CPU_HEAVY.lock().await;
     let app =
         CapacityBackend::start(BackendConfig::new(64, Duration::from_millis(100))).await.unwrap();
     let weir = support::sidecar_with_defaults(app.addr(), |_| {});
@@ -273,6 +274,7 @@ async fn a_burst_on_a_quiet_app_is_served_not_refused() {
 /// came back and got refused first).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_an_overload_a_second_of_silence_opens_the_level() {
+    let _turn = support::CPU_HEAVY.lock().await;
     let app =
         CapacityBackend::start(BackendConfig::new(4, Duration::from_millis(20))).await.unwrap();
     let weir = support::sidecar_with_defaults(app.addr(), |_| {});
@@ -445,6 +447,7 @@ impl MiddleApp {
 /// timed out.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_middle_hop_sheds_its_own_overload_at_its_door_with_the_egress_role_on() {
+    let _turn = support::CPU_HEAVY.lock().await;
     let app_b = Backend::start().await;
     app_b.set_service_time(Duration::from_millis(5));
     let b = support::sidecar_with_defaults(app_b.addr, |_| {});
@@ -490,6 +493,7 @@ async fn a_middle_hop_sheds_its_own_overload_at_its_door_with_the_egress_role_on
 /// refused at A, and its limit is not cut for B's slowness (it sees A's own time).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_downstream_never_makes_a_healthy_middle_hop_shed() {
+    let _turn = support::CPU_HEAVY.lock().await;
     let app_b = Backend::start().await;
     app_b.set_service_time(Duration::from_millis(300));
     let b = support::sidecar_with_defaults(app_b.addr, |_| {});

@@ -14,6 +14,12 @@ pub use weir_harness::support::{
 };
 use weir_proxy::{Sidecar, SidecarConfig};
 
+/// The tests that load the CPU, or measure time or CPU under a load they make, take turns:
+/// they share this process (and, in CI, two cores), and one test's load would otherwise show
+/// up in another's figures (a middle hop's queue built by a neighbour's overload, a parse
+/// another test times).
+pub static CPU_HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The harness's misbehaving peers, and the sidecar the protocol-edge tests put them before.
 pub mod misbehaving {
     pub use weir_harness::support::misbehaving::*;
