@@ -35,7 +35,11 @@
 //!   that became faster or wider, is followed within a few intervals.
 //! - **Refresh.** A limit that has bound throughout for `refresh_every` (the app saturated
 //!   at it) is searched down again until a cut costs throughput, so a baseline measured
-//!   while the app was already queueing (overloaded from the start) is corrected.
+//!   while the app was already queueing (overloaded from the start) is corrected. That
+//!   needs a limit that binds; an undone cut that did not (its baseline is then the own time
+//!   measured at the cut, queued if the cut was too close to what the app held to tell) is
+//!   searched once more from what the app holds, a second later, if the app still takes
+//!   twice its earlier own time and the limit does not bind (`reopen_search`).
 //! - **A healthy queue stays in the app.** While the level refuses nothing, no cut (a
 //!   suspicion's, a search step's) leaves the app less than it completes in its baseline
 //!   time plus `healthy_queue` (the detector's queuing threshold): a queue that short is no
@@ -274,6 +278,15 @@ pub struct AdaptiveLimit {
     cuts: u64,
     costly: u64,
     undone: u64,
+    /// The baseline when the last trial (or search) judged here began: what an undo of it
+    /// replaced with a measurement taken at the cut.
+    pre_trial_baseline: Nanos,
+    /// Undos seen by `judge`, and whether the trial running is a reopened search's.
+    seen_undone: u64,
+    retrying: bool,
+    /// An undone cut left the question open (see `reopen_search`): since when, and the
+    /// baseline the undo replaced.
+    reopen: Option<(Nanos, Nanos)>,
 }
 
 impl AdaptiveLimit {
@@ -308,6 +321,10 @@ impl AdaptiveLimit {
             cuts: 0,
             costly: 0,
             undone: 0,
+            pre_trial_baseline: 0,
+            seen_undone: 0,
+            retrying: false,
+            reopen: None,
         }
     }
 
@@ -548,9 +565,11 @@ impl AdaptiveLimit {
         debug(|| {
             format!("judge {} ms: mean {:.1} b {:.1} held {held:.1} serving {serving:.1} rate {rate:.0} rose {rose} clean {clean} bound {} full {:.2} limit {} floor {} trial {}", now / 1_000_000, mean / 1e6, b / 1e6, w.bound, w.full, self.limit, self.floor(), self.trial.is_some())
         });
+        self.note_undo(now);
         if self.trial.is_some() || w.start < self.changed_at.saturating_add(b as u64) {
             return;
         }
+        self.pre_trial_baseline = self.baseline();
         let saturated = self.saturated_since.map_or(0, |t| now.saturating_sub(t));
         let suspected = self.suspicious_since.map_or(0, |t| now.saturating_sub(t));
         let lasting = (10.0 * b).max(PERSISTENT_MIN as f64) as u64;
@@ -599,6 +618,9 @@ impl AdaptiveLimit {
                 return;
             }
         }
+        if self.reopen_search(now, mean, held) {
+            return;
+        }
         // A queue the app builds up and keeps (an overload), not a Poisson burst it works
         // off within a few of its times: as much queued as served (its own time doubled),
         // or a queue that lasted ten of its times (and 100 ms).
@@ -632,6 +654,58 @@ impl AdaptiveLimit {
             let step = ((self.limit as f64 * self.cfg.growth).ceil() as usize).max(1);
             self.limit = (self.limit + step).min(self.cfg.ceiling);
         }
+    }
+
+    /// An undo (the cut did not bind throughout and the own time did not come down) takes
+    /// the own time measured at the cut as the baseline and goes back to the limit before
+    /// it. When the cut was too close to what the app held to tell (a loose cut of an app
+    /// whose callers bound what it held, while their load still grew), that baseline is a
+    /// queued one: the app then keeps its queue, its own time reads as its baseline, the
+    /// limit (the ceiling) never binds, and neither a suspicion, the probe nor the refresh
+    /// ever starts a search again. So an undone cut is noted here (unless it was this
+    /// search's own): see `reopen_search`.
+    fn note_undo(&mut self, now: Nanos) {
+        if self.undone > self.seen_undone {
+            self.seen_undone = self.undone;
+            let own_search = std::mem::take(&mut self.retrying);
+            let before = self.pre_trial_baseline;
+            self.reopen = (!own_search && before > 0).then_some((now, before));
+        } else if self.trial.is_none() {
+            self.retrying = false;
+        }
+    }
+
+    /// A while (`TIGHTEN_AFTER`) after an undone cut, the app still takes more than twice
+    /// its own time from before the cut, holds at least four at once, and the limit does
+    /// not bind: one knee search from what it holds (a quarter less each step, the earlier
+    /// baseline back in the horizon so the healthy queue is measured from it), which ends
+    /// where a cut costs throughput (an app that got slower: its need, plus the headroom)
+    /// or finds the queue and moves it into the sidecar. At most one per undo, and none
+    /// once a search has measured the baseline below the knee; forgotten after the horizon.
+    fn reopen_search(&mut self, now: Nanos, mean: f64, held: f64) -> bool {
+        let Some((at, before)) = self.reopen else { return false };
+        let since = now.saturating_sub(at);
+        if self.confirmed || since > self.cfg.horizon.as_nanos() as u64 {
+            self.reopen = None;
+            return false;
+        }
+        let holds = held.max(self.held_at_answer as f64);
+        let slower = mean > 2.0 * before as f64 + self.tolerance(before as f64);
+        let waited = since >= TIGHTEN_AFTER && now.saturating_sub(self.last_trial) >= TIGHTEN_AFTER;
+        if !waited || !slower || holds < 4.0 || self.limit as f64 <= holds {
+            return false;
+        }
+        self.reopen = None;
+        self.remember_baseline(now, before as f64);
+        let target = (holds * SEARCH_STEP).floor() as usize;
+        let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
+        if !self.start_trial(now, self.limit, mean, held, ref_rate, target) {
+            return false;
+        }
+        self.set_trial(|t| t.to_the_knee = true);
+        self.retrying = true;
+        self.loose = None;
+        true
     }
 
     fn start_trial(

@@ -636,3 +636,48 @@ fn debug_settles() {
     m.run(&mut l, 1_000 * MS, Arrivals::Poisson(6400.0 / 3.0));
     m.run(&mut l, 4_000 * MS, Arrivals::Saturated);
 }
+
+/// Flooded at 3x from the first request (no warm-up: the first baseline block is measured
+/// queued): the limit leaves its ceiling and the app's queue moves into the sidecar within
+/// two seconds.
+#[test]
+fn an_app_flooded_from_the_start_leaves_the_ceiling() {
+    for seed in 0..4 {
+        let mut l = adaptive(256);
+        let mut m = Model::new(4, Service::Fixed(10 * MS), seed);
+        m.run(&mut l, 2_000 * MS, Arrivals::Poisson(1_200.0));
+        m.reset_counts();
+        m.run(&mut l, 2_500 * MS, Arrivals::Poisson(1_200.0));
+        assert!(l.limit() <= 8, "seed {seed}: {:?} {:?}", l.status(), m.limits);
+        assert!(m.app_queue.len() <= 4, "seed {seed}: app queue {}", m.app_queue.len());
+    }
+}
+
+/// The bottleneck behind a caller of 16 workers (multi-hop M^k): warm at half its
+/// capacity, then what the caller's workers hold at once (a closed loop of 16 on 4 workers
+/// x 40 ms, the level refusing nothing). A loose cut made while that load still grew was
+/// undone (the benchmark's trace: 256 -> 13 -> 256, the own time at the cut, ~130 ms of
+/// queue, taken as the baseline): the limit must not stay at its ceiling with the app's
+/// queue inside the app, past the detector's threshold.
+#[test]
+fn an_undone_cut_of_a_queued_app_is_searched_again() {
+    for seed in 0..8 {
+        let mut l = adaptive(256);
+        let mut m = Model::new(4, Service::Fixed(40 * MS), seed);
+        m.run(&mut l, 2_000 * MS, Arrivals::Poisson(50.0));
+        assert_eq!(l.limit(), 256, "seed {seed}: {:?}", l.status());
+        // What `settle_trial` leaves after undoing a cut to 13 from the ceiling.
+        let now = m.now();
+        l.undone += 1;
+        l.limit = 256;
+        l.changed_at = now;
+        l.history.clear();
+        l.history.push_back(Record { end: now, baseline: 130 * MS, peak: 15, ..Record::default() });
+        m.run(&mut l, 3_500 * MS, Arrivals::Closed(16));
+        m.reset_counts();
+        m.run(&mut l, 6_000 * MS, Arrivals::Closed(16));
+        let s = l.status();
+        assert!(s.limit <= 8, "seed {seed}: {s:?} {:?}", m.limits);
+        assert!(m.app_queue.len() <= 4, "seed {seed}: app queue {}", m.app_queue.len());
+    }
+}
