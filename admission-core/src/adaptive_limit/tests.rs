@@ -637,9 +637,10 @@ fn debug_settles() {
     m.run(&mut l, 4_000 * MS, Arrivals::Saturated);
 }
 
-/// Flooded at 3x from the first request (no warm-up: the first baseline block is measured
-/// queued): the limit leaves its ceiling and the app's queue moves into the sidecar within
-/// two seconds.
+/// Flooded at 3x from the first request (no warm-up): the limit leaves its ceiling and the
+/// app's queue moves into the sidecar within two seconds. (A guard, not a reproduction of
+/// the multi-hop bottleneck: in this model the limit binds within ~0.3 s, and it passed
+/// before `reopen_search` too; the stuck case is the undone cut below.)
 #[test]
 fn an_app_flooded_from_the_start_leaves_the_ceiling() {
     for seed in 0..4 {
