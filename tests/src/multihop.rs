@@ -164,6 +164,9 @@ pub struct ClassTally {
     pub ok: u64,
     pub success: f64,
     pub ideal_success: f64,
+    /// This class's failed requests by where their last attempt failed (JSON only: which
+    /// hop a top-class failure came from).
+    pub places: BTreeMap<String, u64>,
 }
 
 /// One API over the counted span.
@@ -688,6 +691,7 @@ fn api_report(
         }
         if q.ending != Ending::Ok {
             *r.places.entry(q.place.clone()).or_default() += 1;
+            *class.places.entry(q.place.clone()).or_default() += 1;
         }
     }
     for c in &mut classes {

@@ -1,5 +1,6 @@
 //! The multi-hop benchmark's markdown tables, progress lines and SVG plots.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -28,7 +29,12 @@ fn ideal_classes(r: &ApiReport) -> String {
 
 /// The failed requests' places, most frequent first ("e-door 812, timeout 3").
 fn places(r: &ApiReport, top: usize) -> String {
-    let mut v: Vec<(&String, &u64)> = r.places.iter().collect();
+    places_of(&r.places, top)
+}
+
+/// As [`places`], for any tally of places (one class's).
+fn places_of(places: &BTreeMap<String, u64>, top: usize) -> String {
+    let mut v: Vec<(&String, &u64)> = places.iter().collect();
     v.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
     if v.is_empty() {
         return "-".into();
@@ -259,19 +265,20 @@ pub fn markdown(r: &MultihopResult) -> String {
             s,
             "#### M^k: A calls B k times per X request, {:.1}x at B\n\n\
              f_sat/f: X's ideal success (B's capacity / k over X's offered rate, bounded by A's workers). \
-             B's calls wasted: calls B served for X requests that failed anyway (a later call failed, or the answer came after the client's deadline).\n",
+             B's calls wasted: calls B served for X requests that failed anyway (a later call failed, or the answer came after the client's deadline). \
+             X's top class failed at: where its failed requests' last attempts ended (`*-deadline`: its budget ran out in that sidecar's queue; `b-504`: in B's app).\n",
             c.mk_multiple
         );
         s.push_str(
-            "| contender | k | X offered | X success | f_sat/f | difference | X success c / n / b | B calls wasted (of B's completed) | goodput / ideal | Y success |\n\
-             |---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n",
+            "| contender | k | X offered | X success | f_sat/f | difference | X success c / n / b | X's top class failed at | B calls wasted (of B's completed) | goodput / ideal | Y success |\n\
+             |---|---:|---:|---:|---:|---:|---|---|---:|---:|---:|\n",
         );
         let mut rows = mk.clone();
         rows.sort_by(|a, b| a.contender.cmp(&b.contender).then(a.k.cmp(&b.k)));
         for x in rows {
             let _ = writeln!(
                 s,
-                "| {} | {} | {:.0} rps | {} | {} | {:+.1} pp | {} | {} ({}) | {} | {} |",
+                "| {} | {} | {:.0} rps | {} | {} | {:+.1} pp | {} | {} | {} ({}) | {} | {} |",
                 x.contender,
                 x.k,
                 x.x.offered_rps,
@@ -279,6 +286,7 @@ pub fn markdown(r: &MultihopResult) -> String {
                 pct(x.x_success_target),
                 (x.x.success - x.x_success_target) * 100.0,
                 classes(&x.x),
+                x.x.classes.first().map_or("-".into(), |c| places_of(&c.places, 4)),
                 x.work.b_calls_wasted,
                 pct(x.work.b_calls_wasted as f64 / x.work.b_completed.max(1) as f64),
                 pct(x.goodput_ratio),
