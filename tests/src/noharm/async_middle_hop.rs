@@ -19,10 +19,11 @@
 //! `burst_on` every `burst_on + burst_off`.
 //!
 //! Variants (each on fresh apps and sidecars): weir's shipped defaults at A with the egress
-//! role on (the case under test); the same with per-route levels off (no sparing, so no
-//! worker bound: the reference with the egress role on); the egress role off (A calls
-//! weir B directly); no weir at A (the no-harm reference: Y's refusals, throughput and
-//! p99 are judged against it).
+//! role on (the case under test); the same with the adaptive limit off (neither limit nor
+//! worker bound); with per-route levels off (no sparing, so no worker bound: the limit alone); the
+//! egress role off (A calls weir B directly); a single hop (X calls nothing: two routes of
+//! different cost, no downstream); no weir at A (the no-harm reference: Y's refusals,
+//! throughput and p99 are judged against it).
 //!
 //! weir A runs with `weir::limit=debug`: every change of its worker bound (the in-flight
 //! ceiling) is read back from its log, beside `/v1/status` every 100 ms.
@@ -101,6 +102,22 @@ impl AsyncMiddleHopConfig {
         }
     }
 
+    /// A smaller case for the e2e test (a debug build of weir): X 2 ms then B (4 x 100 ms =
+    /// 40/s) at 3x; Y 100 ms at A, 40/s calm (4 at once), bursts of 300/s (30 at once) for
+    /// 600 ms every 1.5 s from the third second.
+    pub fn e2e(seed: u64) -> Self {
+        AsyncMiddleHopConfig {
+            y_work: Duration::from_millis(100),
+            b_workers: 4,
+            y_calm_rps: 40.0,
+            y_burst_rps: 300.0,
+            calm: Duration::from_secs(3),
+            burst_on: Duration::from_millis(600),
+            burst_off: Duration::from_millis(900),
+            ..Self::standard(Duration::from_secs(9), Duration::from_secs(2), seed)
+        }
+    }
+
     pub fn b_capacity(&self) -> f64 {
         BackendConfig::new(self.b_workers, self.b_service).nominal_capacity()
     }
@@ -149,11 +166,23 @@ pub enum Variant {
     EgressOff,
     /// No weir at A (weir B stays): the reference.
     NoWeirAtA,
+    /// As [`Variant::DefaultsEgressOn`] with `adaptive_inflight: false`: the limit fixed at
+    /// `max_inflight`, and no worker bound (a fixed limit is no middle hop's).
+    LimitOff,
+    /// weir's defaults at A, X calling nothing (a single hop whose two routes differ in
+    /// cost): the limit alone, without a downstream.
+    SingleHop,
 }
 
 impl Variant {
-    pub const ALL: [Variant; 4] =
-        [Variant::NoWeirAtA, Variant::DefaultsEgressOn, Variant::PerRouteOff, Variant::EgressOff];
+    pub const ALL: [Variant; 6] = [
+        Variant::NoWeirAtA,
+        Variant::DefaultsEgressOn,
+        Variant::LimitOff,
+        Variant::PerRouteOff,
+        Variant::EgressOff,
+        Variant::SingleHop,
+    ];
 
     pub fn label(self) -> &'static str {
         match self {
@@ -161,11 +190,15 @@ impl Variant {
             Variant::PerRouteOff => "weir defaults, egress on, per_route off (no worker bound)",
             Variant::EgressOff => "weir defaults, egress off",
             Variant::NoWeirAtA => "no weir at A",
+            Variant::LimitOff => {
+                "weir egress on, adaptive_inflight off (no limit, no worker bound)"
+            }
+            Variant::SingleHop => "weir defaults, X calls nothing (single hop, two routes)",
         }
     }
 
     fn egress(self) -> bool {
-        matches!(self, Variant::DefaultsEgressOn | Variant::PerRouteOff)
+        matches!(self, Variant::DefaultsEgressOn | Variant::PerRouteOff | Variant::LimitOff)
     }
 }
 
@@ -264,16 +297,16 @@ pub async fn run(
             variants.push(r);
         }
     }
-    let verdicts = [Variant::DefaultsEgressOn, Variant::PerRouteOff, Variant::EgressOff]
+    let verdicts = Variant::ALL
         .into_iter()
+        .filter(|&v| v != Variant::NoWeirAtA)
         .filter_map(|v| verdict(&variants, v).map(|y| (v, y)))
         .collect();
     Ok(AsyncMiddleHopResult { config: config.clone(), variants, verdicts })
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v.get(v.len() / 2).copied().unwrap_or(0.0)
+fn median(v: Vec<f64>) -> f64 {
+    crate::overhead::median(&v).unwrap_or(0.0)
 }
 
 /// Y of `variant` against Y with no weir at A: medians of throughput and p99, counts summed.
@@ -343,7 +376,8 @@ async fn start_weir_logged(
     Ok((weir, dir))
 }
 
-async fn run_variant(
+/// One run of `variant` (fresh apps and sidecars), `weir_bin` at A and B.
+pub async fn run_variant(
     config: &AsyncMiddleHopConfig,
     weir_bin: &Path,
     variant: Variant,
@@ -359,6 +393,8 @@ async fn run_variant(
     let a_egress = free_port()?;
     let call = if variant.egress() {
         Downstream::ThroughEgress { egress: a_egress, authority: weir_b.addr.to_string() }
+    } else if variant == Variant::SingleHop {
+        Downstream::None
     } else {
         Downstream::Direct(weir_b.addr)
     };
@@ -369,7 +405,10 @@ async fn run_variant(
         Variant::NoWeirAtA => None,
         v => {
             let egress = v.egress().then_some(a_egress);
-            let yaml = weir_a_yaml(app_a_addr, egress, v != Variant::PerRouteOff);
+            let mut yaml = weir_a_yaml(app_a_addr, egress, v != Variant::PerRouteOff);
+            if v == Variant::LimitOff {
+                yaml = yaml.replacen("inbound:\n", "inbound:\n  adaptive_inflight: false\n", 1);
+            }
             Some(start_weir_logged(weir_bin, &yaml).await?)
         }
     };

@@ -387,6 +387,8 @@ pub enum Downstream {
         authority: String,
     },
     Direct(SocketAddr),
+    /// No call: X is A's work alone (a single hop whose routes differ in cost).
+    None,
 }
 
 /// App A: a pool of workers; each request holds one for A's work and, for X, for the call
@@ -501,6 +503,7 @@ impl AppA {
                 (format!("http://{egress}/work"), authority.clone())
             }
             Downstream::Direct(b) => (format!("http://{b}/work"), b.to_string()),
+            Downstream::None => return answer(200, None),
         };
         let mut builder = http::Request::get(uri)
             .header(http::header::HOST, host)
