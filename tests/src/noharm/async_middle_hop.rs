@@ -26,7 +26,18 @@
 //! throughput and p99 are judged against it).
 //!
 //! weir A runs with `weir::limit=debug`: every change of its worker bound (the in-flight
-//! ceiling) is read back from its log, beside `/v1/status` every 100 ms.
+//! ceiling) is read back from its log, beside `/v1/status` every 100 ms (the logs are kept
+//! in the output directory).
+//!
+//! **What it showed on 22b5818** (`--quick`, load average 3-6): the defaults harm Y. X's
+//! own time 2 ms, Y's 50 ms: Y refused 1409 / 77 of 3188 in two rounds, p50 296 / 227 ms
+//! against 52 ms without weir at A. The cause is the own time judged as a mean over routes:
+//! a window with more of the slower route reads as a queue, so the worker bound never grows
+//! in Y's bursts (and a later window of mostly X lowers its baseline and drops its clean
+//! peaks: 51 -> 20 -> 12), and the knee search cuts the limit (3-13 for the single hop).
+//! With X at 20 ms the limit holds (per_route off and the single hop meet every target)
+//! but the worker bound stays at 46 for 10 s under bursts that need ~60: Y p99 296 ms.
+//! With both at 50 ms the bound grows an eighth per 100 ms: Y p99 70.5 ms against 56.2.
 
 use std::fmt::Write as _;
 use std::path::Path;
