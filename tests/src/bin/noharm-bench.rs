@@ -16,8 +16,11 @@ use std::time::Duration;
 use weir_harness::bench_cli::{self, parse_mix, BenchRun, RunnerArgs};
 use weir_harness::load::Protocol;
 use weir_harness::noharm::{
-    self, async_middle_hop::AsyncMiddleHopConfig, middle_hop::MiddleHopConfig,
-    silence::SilenceConfig, AppCase, LoadCase, NoHarmConfig,
+    self,
+    async_middle_hop::{AsyncMiddleHopConfig, Variant as AsyncVariant},
+    middle_hop::MiddleHopConfig,
+    silence::SilenceConfig,
+    AppCase, LoadCase, NoHarmConfig,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -75,6 +78,9 @@ struct Args {
     /// Async middle hop: Y's rate in its bursts (rps).
     #[arg(long, default_value_t = 800.0)]
     amh_y_burst_rps: f64,
+    /// Async middle hop: the variants to run [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    amh_variants: Option<Vec<AsyncVariant>>,
     #[command(flatten)]
     runner: RunnerArgs,
 }
@@ -118,6 +124,7 @@ fn main() -> anyhow::Result<()> {
                 x_work: secs(args.amh_x_work_ms / 1000.0),
                 y_work: secs(args.amh_y_work_ms / 1000.0),
                 y_burst_rps: args.amh_y_burst_rps,
+                variants: args.amh_variants.clone().unwrap_or_else(|| AsyncVariant::ALL.to_vec()),
                 keep_logs: Some(out.clone()),
                 ..AsyncMiddleHopConfig::standard(secs(run), secs(warmup), args.runner.seed)
             }

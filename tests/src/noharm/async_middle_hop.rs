@@ -85,6 +85,8 @@ pub struct AsyncMiddleHopConfig {
     pub warmup: Duration,
     pub mix: [f64; 3],
     pub seed: u64,
+    /// The variants run (in this order; reversed in even rounds).
+    pub variants: Vec<Variant>,
     /// Where weir A's log of each run is kept (`async-middle-hop-<variant>-r<round>.log`).
     #[serde(skip)]
     pub keep_logs: Option<std::path::PathBuf>,
@@ -109,6 +111,7 @@ impl AsyncMiddleHopConfig {
             warmup,
             mix: [0.1, 0.3, 0.6],
             seed,
+            variants: Variant::ALL.to_vec(),
             keep_logs: None,
         }
     }
@@ -164,7 +167,7 @@ impl AsyncMiddleHopConfig {
 }
 
 /// What sits at A.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum Variant {
     /// weir's shipped defaults, the egress role on (per-route levels and the worker bound
@@ -177,7 +180,7 @@ pub enum Variant {
     EgressOff,
     /// No weir at A (weir B stays): the reference.
     NoWeirAtA,
-    /// As [`Variant::DefaultsEgressOn`] with `adaptive_inflight: false`: the limit fixed at
+    /// The defaults with the egress role on and `adaptive_inflight: false`: the limit fixed at
     /// `max_inflight`, and no worker bound (a fixed limit is no middle hop's).
     LimitOff,
     /// weir's defaults at A, X calling nothing (a single hop whose two routes differ in
@@ -279,7 +282,7 @@ pub async fn run(
 ) -> anyhow::Result<AsyncMiddleHopResult> {
     let mut variants = Vec::new();
     for round in 0..rounds.max(1) {
-        let mut order = Variant::ALL.to_vec();
+        let mut order = config.variants.clone();
         if round % 2 == 1 {
             order.reverse();
         }
