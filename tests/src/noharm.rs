@@ -12,6 +12,9 @@
 //! - **Middle hop** ([`middle_hop`]): an app that calls a downstream through its sidecar's
 //!   egress, the downstream overloaded; goodput per API against the ideal, weir's defaults
 //!   against a hand-set `max_inflight` and against the egress role off.
+//! - **Async middle hop** ([`async_middle_hop`]): a healthy async app whose level spares
+//!   its light route while its other route's downstream is overloaded; the light route's
+//!   bursts against no weir at the app (the middle hop's worker bound must not cost them).
 //! - **Silence** ([`silence`]): after an overload and a second of silence, the next request
 //!   of every class, and when `/v1/status` reads open again.
 //!
@@ -40,6 +43,7 @@ use crate::contender::Contender;
 use crate::load::{self, LoadReport, LoadSpec, Outcome, Phase, Protocol};
 use crate::status::{StatusPoller, StatusSample};
 
+pub mod async_middle_hop;
 pub mod middle_hop;
 pub mod nginx_app;
 pub mod silence;
@@ -171,6 +175,7 @@ pub struct NoHarmConfig {
     pub mix: [f64; 3],
     pub seed: u64,
     pub middle_hop: Option<middle_hop::MiddleHopConfig>,
+    pub async_middle_hop: Option<async_middle_hop::AsyncMiddleHopConfig>,
     pub silence: Option<silence::SilenceConfig>,
     /// The weir configuration's extra lines (none: the shipped defaults).
     pub weir_extra: String,
@@ -365,6 +370,7 @@ pub struct NoHarmResult {
     pub config: NoHarmConfig,
     pub cases: Vec<CaseResult>,
     pub middle_hop: Option<middle_hop::MiddleHopResult>,
+    pub async_middle_hop: Option<async_middle_hop::AsyncMiddleHopResult>,
     pub silence: Option<silence::SilenceResult>,
 }
 
@@ -537,12 +543,18 @@ pub async fn run(
         Some(mh) => Some(middle_hop::run(mh, &config.weir_bin, &mut progress).await?),
         None => None,
     };
+    let async_middle_hop = match &config.async_middle_hop {
+        Some(a) => {
+            Some(async_middle_hop::run(a, &config.weir_bin, config.rounds, &mut progress).await?)
+        }
+        None => None,
+    };
     let silence = match &config.silence {
         Some(s) => Some(silence::run(s, &config.weir_bin, config.mix, &mut progress).await?),
         None => None,
     };
     let config = NoHarmConfig { apps, ..config };
-    Ok(NoHarmResult { config, cases, middle_hop, silence })
+    Ok(NoHarmResult { config, cases, middle_hop, async_middle_hop, silence })
 }
 
 /// Completions per second of a fresh capacity-model app with every worker busy: 1.2x its
@@ -853,6 +865,10 @@ pub fn markdown(r: &NoHarmResult) -> String {
     if let Some(mh) = &r.middle_hop {
         s.push('\n');
         s.push_str(&middle_hop::markdown(mh));
+    }
+    if let Some(am) = &r.async_middle_hop {
+        s.push('\n');
+        s.push_str(&async_middle_hop::markdown(am));
     }
     if let Some(si) = &r.silence {
         s.push('\n');

@@ -17,6 +17,7 @@
 mod support;
 
 mod admin_hostile;
+mod async_middle_hop;
 mod config_check;
 mod config_cli;
 mod config_errors;

@@ -16,7 +16,11 @@ use std::time::Duration;
 use weir_harness::bench_cli::{self, parse_mix, BenchRun, RunnerArgs};
 use weir_harness::load::Protocol;
 use weir_harness::noharm::{
-    self, middle_hop::MiddleHopConfig, silence::SilenceConfig, AppCase, LoadCase, NoHarmConfig,
+    self,
+    async_middle_hop::{AsyncMiddleHopConfig, Variant as AsyncVariant},
+    middle_hop::MiddleHopConfig,
+    silence::SilenceConfig,
+    AppCase, LoadCase, NoHarmConfig,
 };
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -24,6 +28,9 @@ enum Part {
     /// Apps x loads, weir against direct.
     Grid,
     MiddleHop,
+    /// A healthy async middle hop whose level spares its light route (not in the default
+    /// parts: `--parts async-middle-hop`).
+    AsyncMiddleHop,
     Silence,
 }
 
@@ -62,6 +69,18 @@ struct Args {
     /// "  max_inflight: 8\n" to compare a hand-set limit.
     #[arg(long, default_value = "")]
     weir_inbound: String,
+    /// Async middle hop: X's work at A before its call (ms).
+    #[arg(long, default_value_t = 2.0)]
+    amh_x_work_ms: f64,
+    /// Async middle hop: Y's work at A (ms).
+    #[arg(long, default_value_t = 50.0)]
+    amh_y_work_ms: f64,
+    /// Async middle hop: Y's rate in its bursts (rps).
+    #[arg(long, default_value_t = 800.0)]
+    amh_y_burst_rps: f64,
+    /// Async middle hop: the variants to run [default: all].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    amh_variants: Option<Vec<AsyncVariant>>,
     #[command(flatten)]
     runner: RunnerArgs,
 }
@@ -88,6 +107,7 @@ fn main() -> anyhow::Result<()> {
     }
     let (mh_run, mh_warmup) =
         if args.quick { (secs(8.0), secs(3.0)) } else { (secs(20.0), secs(5.0)) };
+    let out = args.runner.out_dir(workspace.join("tests/bench/out/noharm"))?;
     let config = NoHarmConfig {
         apps: if wants(Part::Grid) { apps } else { vec![] },
         run,
@@ -98,6 +118,17 @@ fn main() -> anyhow::Result<()> {
         seed: args.runner.seed,
         middle_hop: wants(Part::MiddleHop)
             .then(|| MiddleHopConfig::issue_20(mh_run, mh_warmup, args.runner.seed)),
+        async_middle_hop: wants(Part::AsyncMiddleHop).then(|| {
+            let (run, warmup) = if args.quick { (12.0, 2.0) } else { (20.0, 2.0) };
+            AsyncMiddleHopConfig {
+                x_work: secs(args.amh_x_work_ms / 1000.0),
+                y_work: secs(args.amh_y_work_ms / 1000.0),
+                y_burst_rps: args.amh_y_burst_rps,
+                variants: args.amh_variants.clone().unwrap_or_else(|| AsyncVariant::ALL.to_vec()),
+                keep_logs: Some(out.clone()),
+                ..AsyncMiddleHopConfig::standard(secs(run), secs(warmup), args.runner.seed)
+            }
+        }),
         silence: wants(Part::Silence)
             .then(|| SilenceConfig { seed: args.runner.seed, ..SilenceConfig::default() }),
         weir_extra: weir_inbound,
@@ -112,7 +143,6 @@ fn main() -> anyhow::Result<()> {
         config.weir_bin.display()
     );
     let result = runtime.block_on(noharm::run(config, |line| eprintln!("{line}")))?;
-    let out = args.runner.out_dir(workspace.join("tests/bench/out/noharm"))?;
     let markdown = bench.report(&out, "noharm", &result, &noharm::markdown(&result))?;
     let plots = noharm::write_plots(&result, &out)?;
     println!("{markdown}");

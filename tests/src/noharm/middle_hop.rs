@@ -270,7 +270,8 @@ async fn run_variant(
         Downstream::Direct(b_target)
     };
     let forward_ids = variant != Variant::DefaultsEgressOnNoIds;
-    let app_a = Arc::new(AppA::new(config.a_workers, config.a_work, call, forward_ids));
+    let app_a =
+        Arc::new(AppA::new(config.a_workers, config.a_work, config.a_work, call, forward_ids));
     // Serves until the end of this variant.
     let app_a_server = app_a.clone().serve().await?;
     let app_a_addr = app_a_server.addr();
@@ -378,20 +379,26 @@ fn api_stats(report: &LoadReport, classes: std::ops::Range<usize>, steady_secs: 
 
 // === app A ===
 
-enum Downstream {
+/// Where app A sends X's call to B.
+pub enum Downstream {
     /// Through A's egress listener, routed by `Host`.
     ThroughEgress {
         egress: SocketAddr,
         authority: String,
     },
     Direct(SocketAddr),
+    /// No call: X is A's work alone (a single hop whose routes differ in cost).
+    None,
 }
 
 /// App A: a pool of workers; each request holds one for A's work and, for X, for the call
-/// to B too (an app's thread waits for its downstream).
-struct AppA {
+/// to B too (an app's thread waits for its downstream). With a pool far above what it is
+/// offered ([`ASYNC_WORKERS`]), it is an async app: nothing is held while a call waits.
+pub struct AppA {
     workers: Semaphore,
+    /// X's work before its call, and Y's work (all of Y).
     work: Duration,
+    y_work: Duration,
     downstream: Downstream,
     /// Pass the inbound request's correlation headers on to B.
     forward_ids: bool,
@@ -405,8 +412,20 @@ struct AppA {
 /// What a traced app forwards on its outbound calls.
 const CORRELATION: [&str; 3] = ["x-request-id", "traceparent", "x-b3-traceid"];
 
+/// A pool no load here comes near: an async app (a task per request, nothing held while it
+/// waits on a downstream).
+pub const ASYNC_WORKERS: usize = 100_000;
+
 impl AppA {
-    fn new(workers: usize, work: Duration, downstream: Downstream, forward_ids: bool) -> Self {
+    /// `workers` of `work` (X, before its call) and `y_work` (Y); X calls `downstream`,
+    /// forwarding the inbound request's correlation headers if `forward_ids`.
+    pub fn new(
+        workers: usize,
+        work: Duration,
+        y_work: Duration,
+        downstream: Downstream,
+        forward_ids: bool,
+    ) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
@@ -415,6 +434,7 @@ impl AppA {
         AppA {
             workers: Semaphore::new(workers),
             work,
+            y_work,
             downstream,
             forward_ids,
             client,
@@ -424,19 +444,22 @@ impl AppA {
         }
     }
 
-    fn waiting(&self) -> usize {
+    /// Requests waiting for a worker.
+    pub fn waiting(&self) -> usize {
         self.waiting.load(Relaxed)
     }
 
-    fn busy(&self) -> usize {
+    /// Workers busy (an async app: requests in its handlers).
+    pub fn busy(&self) -> usize {
         self.pool.saturating_sub(self.workers.available_permits())
     }
 
-    fn calling(&self) -> usize {
+    /// X's calls to B in flight.
+    pub fn calling(&self) -> usize {
         self.calling.load(Relaxed)
     }
 
-    async fn serve(self: Arc<Self>) -> anyhow::Result<weir_workload::backend::HttpServer> {
+    pub async fn serve(self: Arc<Self>) -> anyhow::Result<weir_workload::backend::HttpServer> {
         let handler = move |req| {
             let app = self.clone();
             async move { app.handle(req).await }
@@ -467,7 +490,7 @@ impl AppA {
             self.workers.acquire().await
         };
         let Ok(_worker) = worker else { return answer(503, None) };
-        tokio::time::sleep(self.work).await;
+        tokio::time::sleep(if calls_b { self.work } else { self.y_work }).await;
         if !calls_b {
             return answer(200, None);
         }
@@ -480,6 +503,7 @@ impl AppA {
                 (format!("http://{egress}/work"), authority.clone())
             }
             Downstream::Direct(b) => (format!("http://{b}/work"), b.to_string()),
+            Downstream::None => return answer(200, None),
         };
         let mut builder = http::Request::get(uri)
             .header(http::header::HOST, host)

@@ -147,16 +147,38 @@ fn the_report_renders_every_part() {
             mix: [0.1, 0.3, 0.6],
             seed: 7,
             middle_hop: None,
+            async_middle_hop: None,
             silence: None,
             weir_extra: String::new(),
             weir_bin: PathBuf::from("weir"),
         },
         cases: vec![case],
         middle_hop: None,
+        async_middle_hop: None,
         silence: None,
     };
     let md = markdown(&result);
     assert!(md.contains("**0 of 1 cases meet every target.**"), "{md}");
     assert!(md.contains("| 8x10ms | steady 0.5x | 400 | 3 (overload 3) |"), "{md}");
     assert!(md.contains("| 1/1/1 | 100% | 2.44 | **no** |"), "{md}");
+}
+
+#[test]
+fn the_async_middle_hop_bursts_y_after_the_calm_and_reads_the_ceiling_from_weirs_log() {
+    use super::async_middle_hop::{log_series, AsyncMiddleHopConfig};
+    use std::time::UNIX_EPOCH;
+    let c = AsyncMiddleHopConfig::standard(Duration::from_secs(12), Duration::from_secs(2), 7);
+    let phases = c.y_phases();
+    let total: Duration = phases.iter().map(|p| p.duration).sum();
+    assert_eq!(total, c.run);
+    assert_eq!(phases[0].rate_per_sec, c.y_calm_rps);
+    assert_eq!(phases[1].rate_per_sec, c.y_burst_rps);
+    assert!(!c.in_burst(3.9) && c.in_burst(4.0) && c.in_burst(4.49) && !c.in_burst(4.5));
+    assert!(c.in_burst(5.6) && !c.in_burst(6.1));
+    // 07:12:13.5 UTC on some day; the log line half a second later.
+    let start = UNIX_EPOCH + Duration::from_secs_f64(20_000.0 * 86_400.0 + 7.0 * 3600.0 + 733.5);
+    let log = "2026-12-02T07:12:14.000000Z DEBUG weir::limit: worker bound ceiling=22 lent=3 held=9 queued=0\n\
+               2026-12-02T07:12:14.100000Z DEBUG weir::limit: on=\"tick\" from=256 to=23 held=8\n";
+    assert_eq!(log_series(log, start, "worker bound", "ceiling="), vec![(0.5, 22)]);
+    assert_eq!(log_series(log, start, " from=", " to="), vec![(0.6, 23)]);
 }
