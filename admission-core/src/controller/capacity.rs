@@ -207,8 +207,9 @@ const TOP_CLASS_FITS: f64 = 0.9;
 /// of a top class at 0.6x of the app passes 0.9x a quarter of the time: the first cut of
 /// a step (a 100-150 ms window, on a capacity measured over it) reached into the top class
 /// and refused 52 of its requests (overload-bench step, 8x20 ms, 20/30/50: 98.48%). Over a
-/// whole window the allowance is a few percent; the level it keeps is the end of the top
-/// class, whose waiters the queue's max wait still bounds.
+/// whole window of a 400/s app the allowance is ~11% (a top class up to about the app's
+/// rate is kept whole); the level it keeps is the end of the top class, whose waiters the
+/// queue's max wait still bounds.
 fn top_class_bar(fits: f64) -> f64 {
     fits + TOP_CLASS_NOISE_SD * fits.max(0.0).sqrt()
 }
