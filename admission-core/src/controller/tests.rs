@@ -925,3 +925,63 @@ fn a_short_saturated_window_lowers_the_estimate_only_in_proportion_to_its_length
     assert_eq!(fall_floor(1_000.0, 1.0), 500.0);
     assert_eq!(fall_floor(1_000.0, 0.0), 1_000.0);
 }
+
+/// Once the cut is done the level sits well over what the app completes (30%, the sitting
+/// margin): the queue's max wait keeps only ~30 ms of work, and at 10% over the rate the
+/// lulls of what a level admits ran it dry (single 500 ms windows at 84-89% of the app).
+/// A cut still aims 10% over (its queue stands, and a first cut must shed the backlog).
+#[test]
+fn a_sitting_level_feeds_the_app_well_over_its_rate_and_a_cut_does_not() {
+    // 3.2x the app in 1 s: 5 arrivals at each user level of class 0, 10 at each of
+    // classes 1-2.
+    let mut h = uniform(3, 10);
+    h[..128].iter_mut().for_each(|n| *n = 5);
+    let sitting = |zone: Zone, queuing_ms: u64| {
+        let mut c = capacity_measured_at(1_000);
+        let current = AdmissionLevel::from_compound(128 + 40).unwrap(); // admits 1050
+        let mut w = window(3_200, 1_050, 1_050, queuing_ms);
+        (w.completed, w.busy_ns, w.busy_completed) = (1_000, 900 * MS, 900);
+        admitted_at(&h, c.next_level(current, zone, &w, &h))
+    };
+    for (zone, queuing_ms) in [(Zone::Relax, 4), (Zone::Hold, 15)] {
+        let admitted = sitting(zone, queuing_ms);
+        assert!((1_250..=1_350).contains(&admitted), "{zone:?}: sits at {admitted}");
+    }
+    let mut c = capacity_measured_at(1_000);
+    let mut w = window(3_200, 3_200, 1_000, 50);
+    (w.completed, w.busy_ns, w.busy_completed) = (1_000, 1_000 * MS, 1_000);
+    let cut = admitted_at(&h, c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, &h));
+    assert!((1_000..=1_110).contains(&cut), "cut to {cut}");
+}
+
+/// A short window's count of a top class at 0.6-0.8x of the app is noisy (tens of
+/// requests): one two standard deviations over its mean still fits, so a step's first cut
+/// (an early close) does not reach into the top class. One far over the app is cut.
+#[test]
+fn a_short_windows_noise_does_not_cut_into_the_top_class() {
+    // A 100 ms window of an app of 377/s: class 0 at 0.8x (30 expected) came in at 41,
+    // class 1 at 2x; a queue to drain.
+    let top_class = |per_level: u32| {
+        let mut h = vec![0; COMPOUND_LEVELS];
+        for u in 0..per_level.min(128) as u16 {
+            h[u as usize] = 1;
+        }
+        for u in 0..76 {
+            h[Priority { business: 1, user: u }.compound() as usize] = 1;
+        }
+        h
+    };
+    let cut = |h: &[u32]| {
+        let mut c = capacity_measured_at(377);
+        let arrivals: u64 = h.iter().map(|&n| u64::from(n)).sum();
+        let mut w = window(arrivals, arrivals, 30, 60);
+        w.duration_ns = 100 * MS;
+        (w.completed, w.busy_ns, w.busy_completed, w.queue_depth) = (38, 100 * MS, 38, 60);
+        c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &w, h)
+    };
+    let next = cut(&top_class(41));
+    assert!(next.admits(Priority { business: 0, user: 127 }), "cut into the top class: {next}");
+    // 1.5x the app in the top class alone: cut like any other.
+    let next = cut(&top_class(57));
+    assert!(!next.admits(Priority { business: 0, user: 56 }), "{next}");
+}
