@@ -342,6 +342,11 @@ impl RequestBody {
         RequestBodyProbe(self.failure.clone())
     }
 
+    /// No body at all: nothing read ahead, nothing left with the caller.
+    pub fn is_none(&self) -> bool {
+        self.inner.is_none() && self.read_ahead.is_empty()
+    }
+
     /// A copy that can be sent again, when weir holds the whole body (none at all, or one
     /// read ahead to its end while the request was queued); `None` while part of it is
     /// still with the caller.
@@ -357,10 +362,10 @@ impl RequestBody {
                 read_ahead.push_back(Frame::trailers(trailers.clone()));
             }
         }
+        // (`empty` gives the copy its own failure cell.)
         Some(RequestBody {
             read_ahead,
             read_ahead_bytes: self.read_ahead_bytes,
-            failure: Arc::default(),
             ..RequestBody::empty()
         })
     }
@@ -687,6 +692,11 @@ impl ResponseBody {
         if let Some(previous) = self.held.replace(watcher) {
             previous.body_ended();
         }
+    }
+
+    /// Weir holds all of the body (nothing, or what was read whole from the app).
+    pub fn is_whole(&self) -> bool {
+        matches!(self.kind, Kind::Empty | Kind::Buffered { .. })
     }
 
     /// Reports progress to the h2 stream's watch, if this response runs on one.
