@@ -177,7 +177,8 @@ pub struct RequestBody {
     /// A frame arrived since the gap's end was last set.
     progressed: bool,
     /// Why the body failed, for whoever answers the caller (see [`RequestBodyFailure`]).
-    failure: Arc<OnceLock<RequestBodyFailure>>,
+    /// (`None` for a body weir holds whole already: it cannot fail.)
+    failure: Option<Arc<OnceLock<RequestBodyFailure>>>,
     /// The app's wait on the caller, and the exchange's slot it lends (see
     /// [`RequestBody::lending`]); `None` once the body has ended.
     caller_wait: Option<CallerWait>,
@@ -279,12 +280,12 @@ impl RequestBodyFailure {
 
 /// Reads how a [`RequestBody`] failed after it was handed to the client.
 #[derive(Debug, Clone)]
-pub struct RequestBodyProbe(Arc<OnceLock<RequestBodyFailure>>);
+pub struct RequestBodyProbe(Option<Arc<OnceLock<RequestBodyFailure>>>);
 
 impl RequestBodyProbe {
     /// How the body failed, if it did.
     pub fn failure(&self) -> Option<RequestBodyFailure> {
-        self.0.get().copied()
+        self.0.as_ref().and_then(|failure| failure.get().copied())
     }
 }
 
@@ -304,7 +305,7 @@ impl RequestBody {
             timer: None,
             gap_end: None,
             progressed: false,
-            failure: Arc::default(),
+            failure: None,
             caller_wait: None,
         }
     }
@@ -362,7 +363,6 @@ impl RequestBody {
                 read_ahead.push_back(Frame::trailers(trailers.clone()));
             }
         }
-        // (`empty` gives the copy its own failure cell.)
         Some(RequestBody {
             read_ahead,
             read_ahead_bytes: self.read_ahead_bytes,
@@ -371,7 +371,9 @@ impl RequestBody {
     }
 
     fn fail(&mut self, why: RequestBodyFailure) -> BoxError {
-        let _ = self.failure.set(why);
+        if let Some(failure) = &self.failure {
+            let _ = failure.set(why);
+        }
         self.inner = None;
         self.timer = None;
         self.caller_wait = None;
@@ -578,6 +580,7 @@ impl EarlyBody {
         RequestBody {
             read_ahead: self.read_ahead,
             read_ahead_bytes: self.read_ahead_bytes,
+            failure: self.inner.is_some().then(Arc::default),
             inner: self.inner,
             gap,
             ..RequestBody::empty()
