@@ -90,8 +90,8 @@ pub(crate) fn check_request_head(parts: &mut http::request::Parts) -> Result<(),
     check_scanned_request_head(parts, carried).map(drop)
 }
 
-/// [`check_request_head`] of a head [`Carried::scan`] has looked at; what it carries after
-/// the check (a name the caller's `Connection` listed is gone: see [`Carried::may_carry`]).
+/// [`check_request_head`] of a head [`Carried::scan`] has looked at; what it may carry after
+/// the check.
 pub(crate) fn check_scanned_request_head(
     parts: &mut http::request::Parts,
     carried: Carried,
@@ -106,10 +106,9 @@ pub(crate) fn check_scanned_request_head(
     })?;
     // (`one_authority` touches `Host` alone, none of the names the bits stand for.)
     let left = strip_known(&mut parts.headers, present, 0);
-    // Names `Connection` listed were removed, which may be any of the asked ones: each is
-    // then looked up as if the scan had seen it.
-    let asked = if left == !0 { !0 } else { carried.asked };
-    Ok(Carried { known: left, asked })
+    // The check only removes names: one the scan found absent still is; one it found may
+    // have gone (`Connection` listed it), and is looked up, finding nothing, as before.
+    Ok(Carried { known: left, asked: carried.asked })
 }
 
 /// Which names a request head carries, from one pass over its names: the ones these rules
@@ -472,5 +471,39 @@ mod tests {
         plain.insert(HOST, HeaderValue::from_static("a"));
         clean_response(&mut plain);
         assert_eq!(plain.len(), 1);
+    }
+
+    /// The scan says absent only for what the head certainly lacks: present names, in any
+    /// case, are found; a name the caller's `Connection` listed (and the check removed)
+    /// reads as maybe present (its lookup finds nothing, as before); one never sent, absent.
+    #[test]
+    fn the_scan_never_calls_a_name_absent_that_may_be_there() {
+        let asked = [
+            HeaderName::from_static("x-request-timeout-ms"),
+            HeaderName::from_static("x-business-priority"),
+        ];
+        let scanned = |req: http::request::Builder| {
+            let mut parts = head(req.header(HOST, "a.example"));
+            let carried = Carried::scan(&parts.headers, &asked);
+            check_scanned_request_head(&mut parts, carried).unwrap()
+        };
+        let none = scanned(Request::get("/"));
+        assert!(!none.may_carry(0) && !none.may_carry(1));
+        assert!(!none.may_carry_content_type() && !none.may_carry_grpc_timeout());
+        let all = scanned(
+            Request::get("/")
+                .header("X-Request-Timeout-Ms", "900")
+                .header("x-business-priority", "1")
+                .header("Content-Type", "application/grpc")
+                .header("grpc-timeout", "1S"),
+        );
+        assert!(all.may_carry(0) && all.may_carry(1));
+        assert!(all.may_carry_content_type() && all.may_carry_grpc_timeout());
+        let listed = scanned(
+            Request::get("/")
+                .header(CONNECTION, "x-request-timeout-ms")
+                .header("x-request-timeout-ms", "900"),
+        );
+        assert!(listed.may_carry(0) && !listed.may_carry(1));
     }
 }
