@@ -287,7 +287,7 @@ impl Endpoint {
                     match again {
                         Some(again) if lost_before_response(&error) => {
                             tracing::debug!(error = %error, "reused app connection lost a request; sending it once more on a fresh one");
-                            req = again;
+                            req = again.into_request();
                             retried = true;
                         }
                         _ => return Err(error.into()),
@@ -377,9 +377,9 @@ impl Endpoint {
     }
 }
 
-/// A copy of `req` to send again: only for an idempotent method (RFC 9110 9.2.2: a
+/// What it takes to send `req` again: only for an idempotent method (RFC 9110 9.2.2: a
 /// client may repeat it automatically) whose body weir holds whole.
-fn replay(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
+fn replay(req: &Request<RequestBody>) -> Option<Replay> {
     let idempotent = matches!(
         *req.method(),
         Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
@@ -387,13 +387,50 @@ fn replay(req: &Request<RequestBody>) -> Option<Request<RequestBody>> {
     if !idempotent {
         return None;
     }
-    let body = req.body().replay()?;
-    let mut copy = Request::new(body);
-    *copy.method_mut() = req.method().clone();
-    *copy.uri_mut() = req.uri().clone();
-    *copy.version_mut() = req.version();
-    *copy.headers_mut() = req.headers().clone();
-    Some(copy)
+    // No body at all (the usual idempotent request): nothing to copy but the head.
+    let body = match req.body().is_none() {
+        true => None,
+        false => Some(req.body().replay()?),
+    };
+    let headers = req.headers();
+    let mut copy = Vec::with_capacity(headers.len());
+    copy.extend(headers.iter().map(|(name, value)| (name.clone(), value.clone())));
+    Some(Replay {
+        method: req.method().clone(),
+        uri: req.uri().clone(),
+        version: req.version(),
+        headers: copy,
+        body,
+    })
+}
+
+/// A request kept to be sent again (see [`replay`]), as plain lists: taken for every
+/// request on a reused connection and almost never used, so it is made cheap to take (one
+/// allocation) and turned back into a request only when it is sent again.
+struct Replay {
+    method: Method,
+    uri: http::Uri,
+    version: http::Version,
+    /// In the order the map iterates them (each name's values together, in order), which
+    /// `append` restores as it was.
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    /// `None`: no body.
+    body: Option<RequestBody>,
+}
+
+impl Replay {
+    fn into_request(self) -> Request<RequestBody> {
+        let mut req = Request::new(self.body.unwrap_or_else(RequestBody::empty));
+        *req.method_mut() = self.method;
+        *req.uri_mut() = self.uri;
+        *req.version_mut() = self.version;
+        let headers = req.headers_mut();
+        headers.reserve(self.headers.len());
+        for (name, value) in self.headers {
+            headers.append(name, value);
+        }
+        req
+    }
 }
 
 /// Whether a request written on a reused connection was lost because the connection

@@ -177,7 +177,8 @@ pub struct RequestBody {
     /// A frame arrived since the gap's end was last set.
     progressed: bool,
     /// Why the body failed, for whoever answers the caller (see [`RequestBodyFailure`]).
-    failure: Arc<OnceLock<RequestBodyFailure>>,
+    /// (`None` for a body weir holds whole already: it cannot fail.)
+    failure: Option<Arc<OnceLock<RequestBodyFailure>>>,
     /// The app's wait on the caller, and the exchange's slot it lends (see
     /// [`RequestBody::lending`]); `None` once the body has ended.
     caller_wait: Option<CallerWait>,
@@ -279,12 +280,12 @@ impl RequestBodyFailure {
 
 /// Reads how a [`RequestBody`] failed after it was handed to the client.
 #[derive(Debug, Clone)]
-pub struct RequestBodyProbe(Arc<OnceLock<RequestBodyFailure>>);
+pub struct RequestBodyProbe(Option<Arc<OnceLock<RequestBodyFailure>>>);
 
 impl RequestBodyProbe {
     /// How the body failed, if it did.
     pub fn failure(&self) -> Option<RequestBodyFailure> {
-        self.0.get().copied()
+        self.0.as_ref().and_then(|failure| failure.get().copied())
     }
 }
 
@@ -304,7 +305,7 @@ impl RequestBody {
             timer: None,
             gap_end: None,
             progressed: false,
-            failure: Arc::default(),
+            failure: None,
             caller_wait: None,
         }
     }
@@ -342,6 +343,11 @@ impl RequestBody {
         RequestBodyProbe(self.failure.clone())
     }
 
+    /// No body at all: nothing read ahead, nothing left with the caller.
+    pub fn is_none(&self) -> bool {
+        self.inner.is_none() && self.read_ahead.is_empty()
+    }
+
     /// A copy that can be sent again, when weir holds the whole body (none at all, or one
     /// read ahead to its end while the request was queued); `None` while part of it is
     /// still with the caller.
@@ -360,13 +366,14 @@ impl RequestBody {
         Some(RequestBody {
             read_ahead,
             read_ahead_bytes: self.read_ahead_bytes,
-            failure: Arc::default(),
             ..RequestBody::empty()
         })
     }
 
     fn fail(&mut self, why: RequestBodyFailure) -> BoxError {
-        let _ = self.failure.set(why);
+        if let Some(failure) = &self.failure {
+            let _ = failure.set(why);
+        }
         self.inner = None;
         self.timer = None;
         self.caller_wait = None;
@@ -573,6 +580,7 @@ impl EarlyBody {
         RequestBody {
             read_ahead: self.read_ahead,
             read_ahead_bytes: self.read_ahead_bytes,
+            failure: self.inner.is_some().then(Arc::default),
             inner: self.inner,
             gap,
             ..RequestBody::empty()
@@ -687,6 +695,11 @@ impl ResponseBody {
         if let Some(previous) = self.held.replace(watcher) {
             previous.body_ended();
         }
+    }
+
+    /// Weir holds all of the body (nothing, or what was read whole from the app).
+    pub fn is_whole(&self) -> bool {
+        matches!(self.kind, Kind::Empty | Kind::Buffered { .. })
     }
 
     /// Reports progress to the h2 stream's watch, if this response runs on one.

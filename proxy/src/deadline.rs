@@ -2,9 +2,10 @@
 //! `x-request-timeout-ms`), capped by `inbound.max_budget`, and the reduced budget forwarded
 //! to the app.
 
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use http::{HeaderMap, HeaderName};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 /// gRPC's deadline header.
 pub const GRPC_TIMEOUT: HeaderName = HeaderName::from_static("grpc-timeout");
@@ -73,6 +74,40 @@ fn parse_digits(digits: &[u8]) -> Option<u64> {
 pub fn format_ms(remaining: Duration, buf: &mut [u8; 20]) -> &[u8] {
     let ms = remaining.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
     format_u64(ms, buf)
+}
+
+/// A remaining budget as decimal milliseconds ([`format_ms`]), as a header value. Below
+/// [`STATIC_MS`] it points into a table built once, so forwarding a budget allocates nothing.
+pub fn ms_value(remaining: Duration) -> HeaderValue {
+    let ms = remaining.as_millis().clamp(1, u128::from(u64::MAX)) as u64;
+    if ms < STATIC_MS {
+        return HeaderValue::from_static(static_decimal(ms));
+    }
+    let mut buf = [0u8; 20];
+    HeaderValue::from_bytes(format_u64(ms, &mut buf)).expect("decimal digits are a header value")
+}
+
+/// Budgets below this many milliseconds are forwarded from the table of [`ms_value`].
+const STATIC_MS: u64 = 10_000;
+
+/// `n` (below [`STATIC_MS`]) in decimal, a slice of one string of every such number in
+/// turn ("0123...9989999", 38,890 bytes).
+fn static_decimal(n: u64) -> &'static str {
+    static ALL: OnceLock<&'static str> = OnceLock::new();
+    let all = ALL.get_or_init(|| {
+        let all: String = (0..STATIC_MS).map(|n| n.to_string()).collect();
+        Box::leak(all.into_boxed_str())
+    });
+    // Where `n` starts: after every shorter number, then its own digits' worth of those
+    // of its length before it.
+    let (start, len) = match n {
+        0..=9 => (n, 1),
+        10..=99 => (10 + (n - 10) * 2, 2),
+        100..=999 => (190 + (n - 100) * 3, 3),
+        _ => (2890 + (n - 1000) * 4, 4),
+    };
+    let start = start as usize;
+    &all[start..start + len]
 }
 
 /// Writes a remaining budget as a `grpc-timeout` value in milliseconds (`<n>m`).

@@ -31,6 +31,30 @@ pub(crate) fn prepare_request(
     timeout_header: &HeaderName,
 ) {
     let present = strip(headers, 0);
+    prepare_stripped_request(headers, body, remaining, timeout_header, present);
+}
+
+/// [`prepare_request`] for a head [`check_scanned_request_head`] passed as `checked`, with
+/// nothing since added of the names it strips or rewrites: no second pass over its names.
+pub(crate) fn prepare_checked_request(
+    headers: &mut HeaderMap,
+    body: &RequestBody,
+    remaining: Duration,
+    timeout_header: &HeaderName,
+    checked: Carried,
+) {
+    debug_assert_eq!(Head::of(headers) & !checked.known, 0, "a name the check did not see");
+    let present = strip_known(headers, checked.known, 0);
+    prepare_stripped_request(headers, body, remaining, timeout_header, present);
+}
+
+fn prepare_stripped_request(
+    headers: &mut HeaderMap,
+    body: &RequestBody,
+    remaining: Duration,
+    timeout_header: &HeaderName,
+    present: u16,
+) {
     // weir answers `Expect: 100-continue` itself (when it starts reading the body).
     if present & Head::EXPECT != 0 {
         headers.remove(EXPECT);
@@ -46,11 +70,9 @@ pub(crate) fn prepare_request(
             }
         }
     }
-    let mut buf = [0u8; 20];
-    if let Ok(v) = HeaderValue::from_bytes(deadline::format_ms(remaining, &mut buf)) {
-        headers.insert(timeout_header.clone(), v);
-    }
+    headers.insert(timeout_header.clone(), deadline::ms_value(remaining));
     if present & Head::GRPC_TIMEOUT != 0 && headers.contains_key(GRPC_TIMEOUT) {
+        let mut buf = [0u8; 20];
         if let Ok(v) = HeaderValue::from_bytes(deadline::format_grpc_ms(remaining, &mut buf)) {
             headers.insert(GRPC_TIMEOUT, v);
         }
@@ -64,7 +86,17 @@ pub(crate) fn prepare_request(
 /// `Connection: x-business-priority`. `Err` is the status to answer with; the request is
 /// not forwarded.
 pub(crate) fn check_request_head(parts: &mut http::request::Parts) -> Result<(), WeirError> {
-    let present = Head::of(&parts.headers);
+    let carried = Carried::scan(&parts.headers, &[]);
+    check_scanned_request_head(parts, carried).map(drop)
+}
+
+/// [`check_request_head`] of a head [`Carried::scan`] has looked at; what it may carry after
+/// the check.
+pub(crate) fn check_scanned_request_head(
+    parts: &mut http::request::Parts,
+    carried: Carried,
+) -> Result<Carried, WeirError> {
+    let present = carried.known;
     if present & Head::TRANSFER_ENCODING != 0 && has_unsupported_transfer_coding(&parts.headers) {
         return Err(WeirError::UnsupportedTransferCoding);
     }
@@ -73,8 +105,52 @@ pub(crate) fn check_request_head(parts: &mut http::request::Parts) -> Result<(),
         WeirError::AmbiguousAuthority
     })?;
     // (`one_authority` touches `Host` alone, none of the names the bits stand for.)
-    strip_known(&mut parts.headers, present, 0);
-    Ok(())
+    let left = strip_known(&mut parts.headers, present, 0);
+    // The check only removes names: one the scan found absent still is; one it found may
+    // have gone (`Connection` listed it), and is looked up, finding nothing, as before.
+    Ok(Carried { known: left, asked: carried.asked })
+}
+
+/// Which names a request head carries, from one pass over its names: the ones these rules
+/// act on, `content-type`, and up to eight more the caller asks about (the request path's
+/// configured names). A name found absent costs the path no hashed lookup; one found
+/// present is looked up as before, so nothing reads differently.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Carried {
+    known: u16,
+    asked: u8,
+}
+
+impl Carried {
+    /// One pass over `headers`' names; `asked[i]` is [`Carried::may_carry`]`(i)`.
+    pub(crate) fn scan(headers: &HeaderMap, asked: &[HeaderName]) -> Self {
+        debug_assert!(asked.len() <= 8);
+        let (mut known, mut found) = (0, 0u8);
+        for name in headers.keys() {
+            known |= Head::bit(name);
+            for (i, wanted) in asked.iter().enumerate() {
+                if name == wanted {
+                    found |= 1 << i;
+                }
+            }
+        }
+        Carried { known, asked: found }
+    }
+
+    /// The head may carry the `i`-th asked name (`false`: it certainly does not).
+    pub(crate) fn may_carry(&self, i: usize) -> bool {
+        self.asked & (1 << i) != 0
+    }
+
+    /// The head may carry `content-type`.
+    pub(crate) fn may_carry_content_type(&self) -> bool {
+        self.known & Head::CONTENT_TYPE != 0
+    }
+
+    /// The head may carry `grpc-timeout`.
+    pub(crate) fn may_carry_grpc_timeout(&self) -> bool {
+        self.known & Head::GRPC_TIMEOUT != 0
+    }
 }
 
 /// Makes the request name exactly one authority, the one every later step reads (the
@@ -172,6 +248,7 @@ impl Head {
     const EXPECT: u16 = 1 << 7;
     const CONTENT_LENGTH: u16 = 1 << 8;
     const GRPC_TIMEOUT: u16 = 1 << 9;
+    const CONTENT_TYPE: u16 = 1 << 10;
     /// The hop-by-hop names (`proxy-authenticate` only for a response).
     const HOP_BY_HOP: u16 = Self::CONNECTION
         | Self::KEEP_ALIVE
@@ -196,6 +273,7 @@ impl Head {
             10 if name == "connection" => Self::CONNECTION,
             10 if name == "keep-alive" => Self::KEEP_ALIVE,
             12 if name == "grpc-timeout" => Self::GRPC_TIMEOUT,
+            12 if name == "content-type" => Self::CONTENT_TYPE,
             14 if name == "content-length" => Self::CONTENT_LENGTH,
             16 if name == "proxy-connection" => Self::PROXY_CONNECTION,
             17 if name == "transfer-encoding" => Self::TRANSFER_ENCODING,
@@ -393,5 +471,39 @@ mod tests {
         plain.insert(HOST, HeaderValue::from_static("a"));
         clean_response(&mut plain);
         assert_eq!(plain.len(), 1);
+    }
+
+    /// The scan says absent only for what the head certainly lacks: present names, in any
+    /// case, are found; a name the caller's `Connection` listed (and the check removed)
+    /// reads as maybe present (its lookup finds nothing, as before); one never sent, absent.
+    #[test]
+    fn the_scan_never_calls_a_name_absent_that_may_be_there() {
+        let asked = [
+            HeaderName::from_static("x-request-timeout-ms"),
+            HeaderName::from_static("x-business-priority"),
+        ];
+        let scanned = |req: http::request::Builder| {
+            let mut parts = head(req.header(HOST, "a.example"));
+            let carried = Carried::scan(&parts.headers, &asked);
+            check_scanned_request_head(&mut parts, carried).unwrap()
+        };
+        let none = scanned(Request::get("/"));
+        assert!(!none.may_carry(0) && !none.may_carry(1));
+        assert!(!none.may_carry_content_type() && !none.may_carry_grpc_timeout());
+        let all = scanned(
+            Request::get("/")
+                .header("X-Request-Timeout-Ms", "900")
+                .header("x-business-priority", "1")
+                .header("Content-Type", "application/grpc")
+                .header("grpc-timeout", "1S"),
+        );
+        assert!(all.may_carry(0) && all.may_carry(1));
+        assert!(all.may_carry_content_type() && all.may_carry_grpc_timeout());
+        let listed = scanned(
+            Request::get("/")
+                .header(CONNECTION, "x-request-timeout-ms")
+                .header("x-request-timeout-ms", "900"),
+        );
+        assert!(listed.may_carry(0) && !listed.may_carry(1));
     }
 }

@@ -32,6 +32,14 @@ pub struct ReadPriority {
     pub invalid: Option<InvalidReason>,
 }
 
+impl ReadPriority {
+    /// What [`PriorityHeaders::read`] answers for a head without the business header (for a
+    /// caller that already knows it is absent: no lookups).
+    pub fn business_missing(default: Priority) -> Self {
+        ReadPriority { priority: default, invalid: Some(InvalidReason::Missing) }
+    }
+}
+
 // === impl PriorityHeaders ===
 
 impl PriorityHeaders {

@@ -47,8 +47,9 @@ use crate::body::{
     CallerBody, EarlyBody, PumpEvent, RequestBodyFailure, ResponseBody, READ_AHEAD_LIMIT,
 };
 use crate::config::{AppProtocol, SidecarConfig};
+use crate::forward_headers::{check_scanned_request_head, Carried};
 use crate::http::{respond, Names};
-use crate::priority::PriorityHeaders;
+use crate::priority::{PriorityHeaders, ReadPriority};
 use crate::refusal::{Refusals, ShedReason, WeirError};
 use crate::route_level::{self, Ages, RouteState};
 use crate::server::budget_timer::{Budget, BudgetTimer};
@@ -87,6 +88,9 @@ pub struct Inbound<A = Endpoint> {
     /// What the app speaks (`app_protocol: auto`), probed and remembered.
     app_speaks: Upstream,
     max_queued_per_connection: usize,
+    /// The configured names the path reads, found present or absent in the same pass over
+    /// a head's names as the forwarding rules' own (indexed by `ASKED_*`).
+    asked: [HeaderName; 2],
     body_read: Duration,
     write: Duration,
     /// Per-route levels (with the egress role on).
@@ -106,6 +110,10 @@ pub struct ConnState {
 
 /// What a layer answers instead of passing the request on.
 type Early = Response<ResponseBody>;
+
+/// Indices into [`Inbound::asked`].
+const ASKED_TIMEOUT: usize = 0;
+const ASKED_BUSINESS: usize = 1;
 
 // === impl Inbound ===
 
@@ -141,6 +149,7 @@ impl<A: AppClient> Inbound<A> {
         let names = Names::new(&inbound.headers)?;
         let shadow = shared.engine.mode() == admission_core::Mode::Shadow;
         let app_speaks = Upstream::new(app.addr(), inbound.timeouts.app_connect);
+        let asked = [names.timeout.clone(), names.business.clone()];
         Ok(Inbound {
             routes: shared.waits.as_ref().and_then(|w| w.routes()).filter(|r| r.enabled).cloned(),
             ages: route_level::ages(inbound.retry_after),
@@ -153,6 +162,7 @@ impl<A: AppClient> Inbound<A> {
                 forward_user_id: inbound.forward_user_id,
                 default: inbound.default_priority(),
             },
+            asked,
             timeout_header: names.timeout,
             entry: inbound.entry,
             task_timeout: inbound.task_timeout,
@@ -225,20 +235,22 @@ impl<A: AppClient> Inbound<A> {
         let arrival = Instant::now();
         let (mut parts, body) = req.into_parts();
         let mut body = EarlyBody::new(body);
-        let grpc = crate::http::is_grpc(&parts.headers);
+        let carried = Carried::scan(&parts.headers, &self.asked);
+        let grpc = carried.may_carry_content_type() && crate::http::is_grpc(&parts.headers);
         if let Err(error) = crate::http::check_method(&parts.method) {
             return self.error(error, grpc);
         }
         // One authority, no transfer coding weir cannot pass on, no hop-by-hop headers:
         // before anything reads the head (see `forward_headers::check_request_head`).
-        if let Err(error) = crate::forward_headers::check_request_head(&mut parts) {
-            return self.error(error, grpc);
-        }
-        let priority = match self.priority(&mut parts) {
+        let carried = match check_scanned_request_head(&mut parts, carried) {
+            Ok(carried) => carried,
+            Err(error) => return self.error(error, grpc),
+        };
+        let priority = match self.priority(&mut parts, carried) {
             Ok(p) => p,
             Err(early) => return *early,
         };
-        let deadline = arrival + self.budget(&parts.headers);
+        let deadline = arrival + self.budget(&parts.headers, carried);
         let engine = &self.shared.engine;
 
         // The route's door: a downstream this route calls would refuse it (per-route levels),
@@ -376,7 +388,7 @@ impl<A: AppClient> Inbound<A> {
             .and_then(|w| w.visit_route(&mut parts.headers, route, probe));
         let exchange = AppExchange::new(slot, now, self.shared.clone(), visit);
         let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
-        self.forward(conn, parts, body, protocol, deadline, exchange, grpc).await
+        self.forward(conn, parts, carried, body, protocol, deadline, exchange, grpc).await
     }
 
     /// The body layer: a request body of declared length takes an in-flight slot only once
@@ -403,7 +415,11 @@ impl<A: AppClient> Inbound<A> {
 
     /// The priority layer. Entry: the table's verdict replaces whatever the client claimed
     /// (the path the table saw is the one forwarded); inner hop: the caller's headers.
-    fn priority(&self, parts: &mut http::request::Parts) -> Result<Priority, Box<Early>> {
+    fn priority(
+        &self,
+        parts: &mut http::request::Parts,
+        carried: Carried,
+    ) -> Result<Priority, Box<Early>> {
         let table = self.shared.table.load();
         if self.entry {
             let unix = SystemTime::now().duration_since(SystemTime::UNIX_EPOCH).unwrap_or_default();
@@ -431,7 +447,11 @@ impl<A: AppClient> Inbound<A> {
             };
         }
         let default = self.priority.default_priority(&table);
-        let read = self.priority.read(&parts.headers, default);
+        let read = if carried.may_carry(ASKED_BUSINESS) {
+            self.priority.read(&parts.headers, default)
+        } else {
+            ReadPriority::business_missing(default)
+        };
         if let Some(reason) = read.invalid {
             self.metrics.header_invalid(reason).increment(1);
         }
@@ -440,7 +460,10 @@ impl<A: AppClient> Inbound<A> {
 
     /// The caller's remaining budget: `grpc-timeout`, else the timeout header, else the task
     /// timeout (an unparsable value counts as absent), at most `max_budget`.
-    fn budget(&self, headers: &http::HeaderMap) -> Duration {
+    fn budget(&self, headers: &http::HeaderMap, carried: Carried) -> Duration {
+        if !carried.may_carry_grpc_timeout() && !carried.may_carry(ASKED_TIMEOUT) {
+            return self.task_timeout;
+        }
         crate::http::budget(headers, &self.timeout_header, self.task_timeout, self.max_budget)
     }
 
@@ -473,6 +496,7 @@ impl<A: AppClient> Inbound<A> {
         &self,
         conn: &ConnState,
         parts: http::request::Parts,
+        checked: Carried,
         body: EarlyBody,
         protocol: Protocol,
         deadline: Instant,
@@ -495,6 +519,7 @@ impl<A: AppClient> Inbound<A> {
             self.app.addr(),
             remaining,
             &self.timeout_header,
+            Some(checked),
         );
         // One timer for the head and a small body alike: the connection's, moved to this
         // request's deadline (see `BudgetTimer`).

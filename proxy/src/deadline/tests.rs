@@ -49,6 +49,17 @@ fn formats_without_allocating() {
     assert_eq!(format_grpc_ms(Duration::from_secs(10_000_000), &mut buf), b"99999999m");
 }
 
+/// The header value of every budget, from the table or formatted, is what `format_ms` writes.
+#[test]
+fn ms_values_match_format_ms_across_the_table_and_beyond() {
+    let mut buf = [0u8; 20];
+    let ms = (0..12_000).chain([99_999, 123_456_789, u64::MAX / 1_000_000]);
+    for d in ms.map(Duration::from_millis).chain([Duration::from_micros(10), Duration::MAX]) {
+        let expected = format_ms(d, &mut buf).to_vec();
+        assert_eq!(ms_value(d).as_bytes(), &expected[..], "{d:?}");
+    }
+}
+
 #[test]
 fn a_declared_budget_is_capped() {
     let name = HeaderName::from_static("x-request-timeout-ms");

@@ -49,6 +49,17 @@ fn missing_or_malformed_business_falls_back_whole() {
     }
 }
 
+/// The shortcut for a head known to lack the business header answers what `read` does,
+/// with or without a user header.
+#[test]
+fn business_missing_is_what_read_answers_without_the_business_header() {
+    for pairs in [vec![], vec![("x-user-priority", "1")], vec![("x-user-priority", "x")]] {
+        let req = request("GET", "/", &pairs);
+        let read = headers().read(&req.headers, DEFAULT);
+        assert_eq!(read, ReadPriority::business_missing(DEFAULT), "{pairs:?}");
+    }
+}
+
 #[test]
 fn malformed_user_keeps_business() {
     let req = request("GET", "/", &[("x-business-priority", "4"), ("x-user-priority", "128")]);

@@ -50,6 +50,11 @@ impl<R: Role> Connection<R> {
             Ok(None) | Err(_) => return,
         };
         let activity = Arc::new(Activity::new());
+        // HTTP/1.1 takes a whole body (weir holds all of it) into its write buffer in the
+        // poll that writes the head: it is never sent after the request stops counting busy,
+        // so it needs no streaming count (a write the caller blocks is `CallerIo`'s to tell).
+        // h2 may hold it back for flow control.
+        let whole_bodies_at_once = matches!(detected, Detected::Http1);
         let service = {
             let (role, activity) = (self.role.clone(), activity.clone());
             let conn = Arc::new(R::Conn::default());
@@ -64,7 +69,9 @@ impl<R: Role> Connection<R> {
                     activity.expect_head();
                     // Counted streaming before it stops counting busy: the driver never
                     // sees the connection empty while a body is about to be sent.
-                    if !hyper::body::Body::is_end_stream(response.body()) {
+                    let body = response.body();
+                    let sent_at_once = whole_bodies_at_once && body.is_whole();
+                    if !sent_at_once && !hyper::body::Body::is_end_stream(body) {
                         activity.streaming_started();
                         response.body_mut().hold(activity.clone());
                     }

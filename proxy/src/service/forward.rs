@@ -11,8 +11,12 @@ use http::{HeaderName, HeaderValue, Request, Uri, Version};
 
 use crate::app_client::Protocol;
 use crate::body::RequestBody;
+use crate::forward_headers::{prepare_checked_request, prepare_request, Carried};
 
-/// The request for the app.
+/// The request for the app; `checked`: what [`check_scanned_request_head`] found in the head
+/// (`None`: a head no check has passed).
+///
+/// [`check_scanned_request_head`]: crate::forward_headers::check_scanned_request_head
 pub(super) fn app_request(
     mut parts: http::request::Parts,
     body: RequestBody,
@@ -20,8 +24,15 @@ pub(super) fn app_request(
     app: SocketAddr,
     remaining: Duration,
     timeout_header: &HeaderName,
+    checked: Option<Carried>,
 ) -> Request<RequestBody> {
-    crate::forward_headers::prepare_request(&mut parts.headers, &body, remaining, timeout_header);
+    let headers = &mut parts.headers;
+    match checked {
+        Some(checked) => {
+            prepare_checked_request(headers, &body, remaining, timeout_header, checked)
+        }
+        None => prepare_request(headers, &body, remaining, timeout_header),
+    }
     let headers = &mut parts.headers;
 
     match protocol {

@@ -12,7 +12,8 @@ fn app() -> SocketAddr {
 fn forwarded(req: http::request::Builder, protocol: Protocol) -> http::request::Parts {
     let remaining = Duration::from_millis(480);
     let name = HeaderName::from_static("x-request-timeout-ms");
-    app_request(parts(req), RequestBody::empty(), protocol, app(), remaining, &name).into_parts().0
+    let body = RequestBody::empty();
+    app_request(parts(req), body, protocol, app(), remaining, &name, None).into_parts().0
 }
 
 #[test]
