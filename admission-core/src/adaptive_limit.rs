@@ -227,6 +227,10 @@ struct IntervalView {
     answers: u32,
     /// Mean own time, nanoseconds.
     mean: f64,
+    /// The mean of the routed answers' no-queue times (over all answers, nanoseconds), and
+    /// the share of answers without one.
+    expected: f64,
+    unrouted: f64,
     /// Requests waited in the sidecar, and the share of answers that left the limit full.
     bound: bool,
     full: f64,
@@ -244,9 +248,14 @@ pub struct AdaptiveLimit {
     start: Nanos,
     answers: u32,
     own_sum: u128,
+    /// The answers' routes' no-queue times (see [`RouteCosts`]), and how many answers had
+    /// none (they count at the overall baseline).
+    expected_sum: u128,
+    unrouted: u32,
     full: u32,
     peak: usize,
     bound: bool,
+    routes: RouteCosts,
     // The open baseline block.
     block_answers: u32,
     block_sum: u128,
@@ -299,9 +308,12 @@ impl AdaptiveLimit {
             start: now,
             answers: 0,
             own_sum: 0,
+            expected_sum: 0,
+            unrouted: 0,
             full: 0,
             peak: 0,
             bound: false,
+            routes: RouteCosts::new(cfg.horizon.as_nanos() as Nanos),
             block_answers: 0,
             block_sum: 0,
             history: VecDeque::new(),
@@ -408,10 +420,24 @@ impl AdaptiveLimit {
 
     /// The app answered (response headers) at `now`, `rtt` after dispatch, of which it
     /// spent `downstream` waiting on its downstreams; `held` requests were at the app
-    /// (not waiting on a downstream), this one included.
-    pub fn on_response(&mut self, now: Nanos, rtt: Duration, downstream: Duration, held: usize) {
+    /// (not waiting on a downstream), this one included; `route` is its route's key, if
+    /// known ([`route_key`]). Returns the route's own time without a queue as far as known
+    /// (see [`RouteCosts::answer`]).
+    pub fn on_response(
+        &mut self,
+        now: Nanos,
+        rtt: Duration,
+        downstream: Duration,
+        held: usize,
+        route: Option<RouteKey>,
+    ) -> Option<Duration> {
         let rtt = rtt.as_nanos().min(u64::MAX as u128) as u64;
         let own = rtt.saturating_sub(downstream.as_nanos().min(u64::MAX as u128) as u64);
+        let expected = self.routes.answer(now, route, own);
+        match expected {
+            Some(e) => self.expected_sum += u128::from(e),
+            None => self.unrouted = self.unrouted.saturating_add(1),
+        }
         self.last_answer = now;
         self.held_at_answer = held;
         if let Some(limit) = self.frozen_from.take() {
@@ -435,6 +461,7 @@ impl AdaptiveLimit {
                 t.full += u32::from(held >= t.target);
             }
         }
+        expected.map(Duration::from_nanos)
     }
 
     /// Settles a trial that has its answers, closes the interval if it is over and judges
@@ -486,6 +513,8 @@ impl AdaptiveLimit {
             secs: elapsed as f64 / 1e9,
             answers: self.answers,
             mean: (self.own_sum as f64 / answers).max(1.0),
+            expected: self.expected_sum as f64 / answers,
+            unrouted: f64::from(self.unrouted) / answers,
             bound: std::mem::take(&mut self.bound),
             full: f64::from(self.full) / answers,
             peak: self.peak,
@@ -495,6 +524,7 @@ impl AdaptiveLimit {
         self.start = now;
         self.answers = 0;
         self.own_sum = 0;
+        (self.expected_sum, self.unrouted) = (0, 0);
         self.full = 0;
         self.peak = 0;
         if judged {
@@ -515,7 +545,16 @@ impl AdaptiveLimit {
         let mean = w.mean;
         let rate = f64::from(w.answers) / w.secs.max(1e-9);
         let known = self.baseline() > 0;
-        let b = if known { self.baseline() as f64 } else { mean };
+        // The interval's own baseline: what its mix of routes takes without a queue (each
+        // answer at its route's, the unrouted at the overall one), never below the overall
+        // one. A mix shift towards a slower route is then no rise; a queue, which makes
+        // every route slower, still is (see `route_cost`).
+        let b = if known {
+            let overall = self.baseline() as f64;
+            overall.max(w.expected + w.unrouted * overall)
+        } else {
+            mean
+        };
         // Little's law on the app's own time: what it held, and what of that it served.
         let held = rate * mean / 1e9;
         let serving = rate * b.min(mean) / 1e9;
@@ -833,6 +872,7 @@ impl AdaptiveLimit {
     /// The app completes as much with less. Whatever looked held "without rising latency"
     /// above this was measured against a baseline that was itself queued.
     fn free_cut(&mut self, now: Nanos, t: Trial, after: f64, rate: f64) {
+        self.routes.forget();
         for r in self.history.iter_mut() {
             r.peak = r.peak.min(t.target);
         }
@@ -984,7 +1024,9 @@ fn patience(mean: f64) -> Nanos {
     (4.0 * mean) as u64 + 1_000_000_000
 }
 
+mod route_cost;
 mod worker_bound;
+pub use route_cost::{route_key, RouteCosts, RouteKey};
 pub use worker_bound::WorkerBound;
 
 #[cfg(test)]

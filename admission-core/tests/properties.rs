@@ -406,13 +406,16 @@ mod gate_and_limit {
             let mut now = 0u64;
             for (op, x) in ops {
                 match op {
-                    0 => l.on_response(now, Duration::from_micros(x * 100), Duration::ZERO, x as usize),
-                    1 => l.on_response(
-                        now,
-                        Duration::from_micros(x * 100),
-                        Duration::from_micros(x * 37),
-                        l.limit(),
-                    ),
+                    0 => {
+                        let (own, route) = (Duration::from_micros(x * 100), Some(x % 3));
+                        l.on_response(now, own, Duration::ZERO, x as usize, route);
+                    }
+                    1 => {
+                        let held = l.limit();
+                        let (rtt, downstream) =
+                            (Duration::from_micros(x * 100), Duration::from_micros(x * 37));
+                        l.on_response(now, rtt, downstream, held, None);
+                    }
                     2 => l.on_waiting(),
                     _ => now += x * MS,
                 }

@@ -12,8 +12,9 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+pub use admission_core::adaptive_limit::route_key;
 use admission_core::adaptive_limit::{
-    AdaptiveLimit, AdaptiveLimitConfig, LimitStatus, WorkerBound,
+    AdaptiveLimit, AdaptiveLimitConfig, LimitStatus, RouteKey, WorkerBound,
 };
 use admission_core::{AdmissionEngine, Clock, MonotonicClock};
 
@@ -91,11 +92,14 @@ impl ControlLoop {
     }
 
     /// The app's response headers arrived `rtt` after dispatch, of which it spent
-    /// `downstream` waiting on its downstreams.
+    /// `downstream` waiting on its downstreams; `route` is the request's route
+    /// ([`route_key`] of its path): each route's own time is judged against its own
+    /// baseline, so a burst of a slow route is not taken for a queue.
     pub fn on_response(
         &self,
         rtt: Duration,
         downstream: Duration,
+        route: Option<RouteKey>,
         engine: &AdmissionEngine<MonotonicClock>,
         limit: &InflightLimit,
     ) {
@@ -104,10 +108,11 @@ impl ControlLoop {
         let held = limit.held();
         let next = {
             let mut adaptive = self.adaptive();
+            let expected = adaptive.on_response(now, rtt, downstream, held, route);
             if adaptive.middle_hop() {
-                self.workers().on_response(rtt.saturating_sub(downstream), limit.inflight());
+                let own = rtt.saturating_sub(downstream);
+                self.workers().on_response(own, limit.inflight(), expected);
             }
-            adaptive.on_response(now, rtt, downstream, held);
             // A trial lasts a few of the app's times: settle it on the answer that ends it.
             let next = adaptive.tick(now);
             trace_change(&adaptive, limit, next, "answer");

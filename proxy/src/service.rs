@@ -386,7 +386,8 @@ impl<A: AppClient> Inbound<A> {
             .waits
             .as_ref()
             .and_then(|w| w.visit_route(&mut parts.headers, route, probe));
-        let exchange = AppExchange::new(slot, now, self.shared.clone(), visit);
+        let cost_route = crate::control_loop::route_key(parts.uri.path());
+        let exchange = AppExchange::new(slot, now, self.shared.clone(), visit, cost_route);
         let deadline = if would_shed { deadline.max(now + self.task_timeout) } else { deadline };
         self.forward(conn, parts, carried, body, protocol, deadline, exchange, grpc).await
     }

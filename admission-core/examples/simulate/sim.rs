@@ -430,7 +430,7 @@ pub fn run(cfg: &SimConfig) -> Summary {
             let r = requests[id as usize];
             let rtt = now - dispatched;
             // (The app holds it until now: the limit is told what it held, this one too.)
-            limit.on_response(now, Duration::from_nanos(rtt), Duration::ZERO, inflight);
+            limit.on_response(now, Duration::from_nanos(rtt), Duration::ZERO, inflight, None);
             inflight -= 1;
             limit.tick(now);
             engine.record_completion();

@@ -224,7 +224,7 @@ impl Model {
         r.answered = Some(now);
         let rtt = Duration::from_nanos(now - r.dispatched);
         let held = self.own + usize::from(r.downstream == 0);
-        l.on_response(now, rtt, Duration::from_nanos(r.downstream), held);
+        l.on_response(now, rtt, Duration::from_nanos(r.downstream), held, None);
         l.tick(now);
     }
 
@@ -480,7 +480,7 @@ fn probes_up_to_an_app_that_grew() {
 fn a_stalled_app_is_frozen_until_it_answers() {
     let mut l = adaptive(256);
     for i in 0..64u64 {
-        l.on_response(i * MS, Duration::from_millis(10), Duration::ZERO, 2);
+        l.on_response(i * MS, Duration::from_millis(10), Duration::ZERO, 2, None);
         l.tick(i * MS);
     }
     let quiet = 64 * MS;
@@ -493,7 +493,7 @@ fn a_stalled_app_is_frozen_until_it_answers() {
     assert_eq!(l.limit(), 50, "stalled: frozen at what it holds");
     l.observe_held(quiet + 400 * MS, 30);
     assert_eq!(l.limit(), 50);
-    l.on_response(quiet + 500 * MS, Duration::from_millis(400), Duration::ZERO, 30);
+    l.on_response(quiet + 500 * MS, Duration::from_millis(400), Duration::ZERO, 30, None);
     assert_eq!(l.limit(), 256, "answering again");
 }
 
@@ -585,12 +585,12 @@ proptest! {
             let mut l = adaptive(256);
             // Baseline: a judged interval at `warm_ms`.
             for i in 0..8 {
-                l.on_response(i, Duration::from_millis(warm_ms), Duration::ZERO, 1);
+                l.on_response(i, Duration::from_millis(warm_ms), Duration::ZERO, 1, None);
             }
             l.tick(100 * MS);
             l.limit = start_limit;
             for i in 0..answers {
-                l.on_response(100 * MS + u64::from(i), Duration::from_millis(mean_ms), Duration::ZERO, start_limit);
+                l.on_response(100 * MS + u64::from(i), Duration::from_millis(mean_ms), Duration::ZERO, start_limit, None);
             }
             if bound {
                 l.on_waiting();
@@ -680,5 +680,110 @@ fn an_undone_cut_of_a_queued_app_is_searched_again() {
         let s = l.status();
         assert!(s.limit <= 8, "seed {seed}: {s:?} {:?}", m.limits);
         assert!(m.app_queue.len() <= 4, "seed {seed}: app queue {}", m.app_queue.len());
+    }
+}
+
+/// An async app of two routes (it holds nothing while it waits, so it never queues): X of
+/// 2 ms at 300/s, and every 600 ms a burst of 40 of Y at once, 50 ms each (+-10%). Each
+/// request is dispatched on arrival and answered after its own time; the limit ticks every
+/// 5 ms. `queue(t)` is extra own time every answer dispatched at `t` takes (an app's own
+/// queue). Returns the limit after `secs`, the lowest it read, how many dispatches found
+/// the app holding the whole limit (they would have waited in the sidecar), and when the
+/// limit first left the ceiling.
+fn two_routes(
+    l: &mut AdaptiveLimit,
+    secs: u64,
+    routed: bool,
+    seed: u64,
+    queue: impl Fn(u64) -> u64,
+) -> (usize, usize, usize, Option<u64>) {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let (x, y) = (route_key("/x"), route_key("/y"));
+    // (dispatched, own, route)
+    let mut reqs: Vec<(u64, u64, RouteKey)> = Vec::new();
+    let mut t = 0u64;
+    while t < secs * 1_000 * MS {
+        let u: f64 = rng.random_range(1e-9..1.0);
+        t += ((-u.ln()) / 300.0 * 1e9) as u64 + 1;
+        reqs.push((t, 2 * MS, x));
+    }
+    for burst in 1..(secs * 1_000 / 600) {
+        for _ in 0..40 {
+            let own = (50.0 * MS as f64 * rng.random_range(0.9..1.1)) as u64;
+            reqs.push((burst * 600 * MS, own, y));
+        }
+    }
+    for r in reqs.iter_mut() {
+        r.1 += queue(r.0);
+    }
+    reqs.sort_unstable();
+    // Answers by time: (at, own, route).
+    let mut answers: BinaryHeap<Reverse<(u64, u64, RouteKey)>> = BinaryHeap::new();
+    let (mut held, mut lowest, mut waited) = (0usize, l.limit(), 0usize);
+    let mut first_cut = None;
+    let mut next_tick = 5 * MS;
+    let mut i = 0;
+    loop {
+        let next_req = reqs.get(i).map_or(u64::MAX, |r| r.0);
+        let next_answer = answers.peek().map_or(u64::MAX, |a| a.0 .0);
+        let at = next_req.min(next_answer).min(next_tick);
+        if at >= secs * 1_000 * MS {
+            break;
+        }
+        if at == next_answer {
+            let Reverse((at, own, route)) = answers.pop().expect("peeked");
+            let route = routed.then_some(route);
+            l.on_response(at, Duration::from_nanos(own), Duration::ZERO, held, route);
+            held -= 1;
+            l.tick(at);
+        } else if at == next_req {
+            let (at, own, route) = reqs[i];
+            i += 1;
+            waited += usize::from(held >= l.limit());
+            held += 1;
+            answers.push(Reverse((at + own, own, route)));
+        } else {
+            next_tick += 5 * MS;
+            l.tick(at);
+        }
+        lowest = lowest.min(l.limit());
+        if lowest < l.status().ceiling && first_cut.is_none() {
+            first_cut = Some(at);
+        }
+    }
+    (l.limit(), lowest, waited, first_cut)
+}
+
+/// Issue 20: a burst of a slow route among a fast one raises the mean own time by the mix
+/// alone. Judged against each route's own baseline it is no queue: the limit never moves
+/// and nothing waits in the sidecar. (Judged as one mean, the same mix reads as a queue and
+/// the limit cuts: that is what the route keys fix.)
+#[test]
+fn a_burst_of_a_slow_route_is_no_queue() {
+    for seed in 0..4 {
+        let mut l = adaptive(256);
+        let (limit, lowest, waited, _) = two_routes(&mut l, 12, true, seed, |_| 0);
+        assert_eq!((limit, lowest, waited), (256, 256, 0), "seed {seed}: {:?}", l.status());
+        assert_eq!(l.status().cuts, 0, "seed {seed}");
+    }
+    let cut = (0..4).filter(|&seed| {
+        let mut l = adaptive(256);
+        let (_, lowest, _, _) = two_routes(&mut l, 12, false, seed, |_| 0);
+        lowest < 256
+    });
+    assert!(cut.count() >= 1, "the model no longer shows the mix read as a queue");
+}
+
+/// ...while a queue in the app, which makes every route slower than its own baseline, is
+/// still one: from 4 s on every answer waits 40 ms more in the app (X 2 -> 42 ms, Y 50 ->
+/// 90 ms); the limit cuts within two seconds.
+#[test]
+fn a_queue_behind_a_mix_of_routes_is_still_a_queue() {
+    for seed in 0..4 {
+        let mut l = adaptive(256);
+        let queue = |t: u64| if t >= 4_000 * MS { 40 * MS } else { 0 };
+        let (_, _, _, cut) = two_routes(&mut l, 6, true, seed, queue);
+        let cut = cut.unwrap_or(u64::MAX);
+        assert!((4_000 * MS..6_000 * MS).contains(&cut), "seed {seed}: {cut} {:?}", l.status());
     }
 }

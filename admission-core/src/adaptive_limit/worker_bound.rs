@@ -20,6 +20,15 @@
 //! within about 3 s; with a quarter, a peak of 11 seen on an 8-worker app left it a queue of
 //! 6). Otherwise, or before a window was judged, the bound is the ceiling (`max_inflight`).
 //!
+//! **Only on evidence of a worker pool.** The bound applies only once a window that held
+//! more than the clean peak took longer by more than the limit's noise tolerance (the app's
+//! own time rose with what it held: requests waited in it for something the lent ones
+//! keep), over the horizon. An app that holds nothing while it waits (an entry's gateway of
+//! 256 workers in front of a middle hop) never shows that, and is never bound: bound at the
+//! most it held in the lead-in, an entry queued its load in its own sidecar, its level cut
+//! both APIs there, and what reached the bottleneck was too little for its limit to leave
+//! the ceiling (multi-hop M^k k = 3: the top class of X at 34-93%).
+//!
 //! Pure, like the limit: the caller passes `now` and wraps it in a lock.
 
 use std::collections::VecDeque;
@@ -50,13 +59,21 @@ pub struct WorkerBound {
     start: Nanos,
     answers: u32,
     own_sum: u128,
+    /// The answers' routes' no-queue times, and how many had none (see `RouteCosts`).
+    expected_sum: u128,
+    unrouted: u32,
     peak: usize,
     /// `(end, peak, mean own time)` of the windows whose own time held, over the horizon
     /// (at most one per [`WINDOW`]).
     clean: VecDeque<(Nanos, usize, f64)>,
-    /// `(end, mean own time)` of the judged windows over the horizon: the lowest is a
-    /// baseline too (the limit's may have been measured while the app queued from the start).
-    means: VecDeque<(Nanos, f64)>,
+    /// `(end, peak, mean own time)` of the judged windows over the horizon: the lowest mean
+    /// is a baseline too (the limit's may have been measured while the app queued from the
+    /// start).
+    means: VecDeque<(Nanos, usize, f64)>,
+    /// A window's own time above this rose (the baseline of the last judgement plus the
+    /// limit's noise tolerance): one that also held more than the clean peak is evidence of
+    /// a pool that the lent requests hold. Infinite before a judgement.
+    rose_above: f64,
     /// When the level last spared a route.
     spared_at: Option<Nanos>,
 }
@@ -71,16 +88,24 @@ impl WorkerBound {
             start: now,
             answers: 0,
             own_sum: 0,
+            expected_sum: 0,
+            unrouted: 0,
             peak: 0,
             clean: VecDeque::new(),
             means: VecDeque::new(),
+            rose_above: f64::INFINITY,
             spared_at: None,
         }
     }
 
     /// An answer: the app's own time, and everything at the app (lent included) when it
-    /// came.
-    pub fn on_response(&mut self, own: Duration, at_app: usize) {
+    /// came; `expected` is its route's own time without a queue, if known (what
+    /// `AdaptiveLimit::on_response` returns).
+    pub fn on_response(&mut self, own: Duration, at_app: usize, expected: Option<Duration>) {
+        match expected {
+            Some(e) => self.expected_sum += e.as_nanos(),
+            None => self.unrouted = self.unrouted.saturating_add(1),
+        }
         self.answers = self.answers.saturating_add(1);
         self.own_sum += own.as_nanos();
         self.peak = self.peak.max(at_app);
@@ -95,10 +120,21 @@ impl WorkerBound {
             return;
         }
         if self.answers >= MIN_ANSWERS {
-            let mean = self.own_sum as f64 / f64::from(self.answers);
-            self.means.push_back((now, mean));
+            let n = f64::from(self.answers);
+            let lowest = self.means.iter().map(|&(_, _, m)| m).fold(f64::INFINITY, f64::min);
+            let overall = match baseline.as_nanos() as f64 {
+                0.0 => lowest.min(self.own_sum as f64 / n),
+                limit => limit.min(lowest),
+            };
+            // The window's mean own time over its mix's own baseline (each answer at its
+            // route's, the unrouted at the overall one): a burst of a slow route is no rise
+            // and no evidence of a pool. Kept relative to the overall baseline, so a window
+            // is judged as one of the overall mix.
+            let mix = self.expected_sum as f64 / n + f64::from(self.unrouted) / n * overall;
+            let mean = self.own_sum as f64 / n * overall / mix.max(overall).max(1.0);
+            self.means.push_back((now, self.peak, mean));
             self.clean.push_back((now, self.peak, mean));
-            let lowest = self.means.iter().map(|&(_, m)| m).fold(f64::INFINITY, f64::min);
+            let lowest = lowest.min(mean);
             let b = match baseline.as_nanos() as f64 {
                 0.0 => lowest,
                 limit => limit.min(lowest),
@@ -108,6 +144,9 @@ impl WorkerBound {
             // (A window measured clean against a baseline that was itself queued is not.)
             let held = b + ((self.tolerance * b).max(self.tolerance_min) / 2.0).min(0.1 * b);
             self.clean.retain(|&(_, _, m)| m <= held);
+            // Rose: the limit's own test of a queue (a tenth would be scheduling noise for
+            // an app of a millisecond on a busy machine).
+            self.rose_above = b + (self.tolerance * b).max(self.tolerance_min);
         } else if elapsed < WINDOW_MAX {
             return;
         }
@@ -115,17 +154,20 @@ impl WorkerBound {
         while self.clean.front().is_some_and(|&(end, _, _)| old(end)) {
             self.clean.pop_front();
         }
-        while self.means.front().is_some_and(|&(end, _)| old(end)) {
+        while self.means.front().is_some_and(|&(end, _, _)| old(end)) {
             self.means.pop_front();
         }
         (self.start, self.answers, self.own_sum, self.peak) = (now, 0, 0, 0);
+        (self.expected_sum, self.unrouted) = (0, 0);
     }
 
-    /// The bound on everything at the app once a window has been judged clean: its clean
-    /// peak plus an eighth (and one).
+    /// The bound on everything at the app once a window has been judged clean and one that
+    /// held more took longer (see the module's documentation): its clean peak plus an
+    /// eighth (and one).
     pub fn bound(&self) -> Option<usize> {
         let peak = self.clean.iter().map(|&(_, p, _)| p).max()?;
-        Some(peak + (peak / 8).max(1))
+        let pooled = self.means.iter().any(|&(_, p, m)| p > peak && m > self.rose_above);
+        pooled.then(|| peak + (peak / 8).max(1))
     }
 
     /// The ceiling in force now: `ceiling` (`max_inflight`), or within [`Self::bound`]
@@ -156,33 +198,40 @@ mod tests {
     /// One 100 ms window of `n` answers at `own` with `at_app` held, closed at `now`.
     fn window(w: &mut WorkerBound, now: Nanos, own: Duration, at_app: usize, n: u32) {
         for _ in 0..n {
-            w.on_response(own, at_app);
+            w.on_response(own, at_app, None);
         }
         w.tick(now, Duration::ZERO);
     }
 
     #[test]
-    fn no_bound_before_a_clean_window_and_the_ceiling_while_nothing_is_spared() {
+    fn no_bound_before_a_clean_window_and_a_queued_one_and_the_ceiling_while_nothing_is_spared() {
         let mut w = bound_at(0);
         assert_eq!(w.bound(), None);
         assert_eq!(w.ceiling(50 * MS, true, 256), 256, "nothing judged yet");
         window(&mut w, 100 * MS, Duration::from_millis(20), 8, 40);
+        assert_eq!(w.bound(), None, "no evidence yet that holding more adds a wait");
+        // Twelve at the app, and its own time half as long again: a queue for a worker.
+        window(&mut w, 200 * MS, Duration::from_millis(30), 12, 40);
         assert_eq!(w.bound(), Some(9), "a clean peak of 8, plus one");
         let mut idle = bound_at(0);
         window(&mut idle, 100 * MS, Duration::from_millis(20), 8, 40);
-        assert_eq!(idle.ceiling(150 * MS, false, 256), 256, "never spared: no bound");
+        window(&mut idle, 200 * MS, Duration::from_millis(30), 12, 40);
+        assert_eq!(idle.ceiling(250 * MS, false, 256), 256, "never spared: no bound");
     }
 
     #[test]
     fn a_queued_window_is_not_a_peak_the_app_serves_without_a_queue() {
         let mut w = bound_at(0);
         window(&mut w, 100 * MS, Duration::from_millis(20), 8, 40);
-        // Twelve at the app, and its own time half as long again: a queue for a worker.
         window(&mut w, 200 * MS, Duration::from_millis(30), 12, 40);
         assert_eq!(w.bound(), Some(9));
         // Within the hysteresis (20 ms + 2 ms): held, and the bound grows with it.
-        window(&mut w, 300 * MS, Duration::from_micros(21_500), 16, 40);
-        assert_eq!(w.bound(), Some(18));
+        window(&mut w, 300 * MS, Duration::from_micros(21_500), 11, 40);
+        assert_eq!(w.bound(), Some(12));
+        // Sixteen held without a rise: more than the queued window held, which so no longer
+        // shows a pool the app runs out of. No bound.
+        window(&mut w, 400 * MS, Duration::from_micros(21_500), 16, 40);
+        assert_eq!(w.bound(), None);
     }
 
     #[test]
@@ -190,19 +239,33 @@ mod tests {
         let mut w = bound_at(0);
         // The first window already queued (40 ms at 12); a later one shows 20 ms at 8.
         window(&mut w, 100 * MS, Duration::from_millis(40), 12, 40);
-        assert_eq!(w.bound(), Some(13), "alone, it is the lowest seen");
+        assert_eq!(w.bound(), None, "alone, it is the lowest seen: no rise");
         window(&mut w, 200 * MS, Duration::from_millis(20), 8, 40);
-        assert_eq!(w.bound(), Some(9), "the queued window no longer counts");
+        assert_eq!(w.bound(), Some(9), "the queued window is now the evidence, not a peak");
+    }
+
+    /// An app that holds nothing while it waits (an entry's gateway: 256 workers, a few
+    /// hundred microseconds of its own) holds more and more, its own time jittering by a
+    /// few milliseconds on a busy machine: never bound.
+    #[test]
+    fn an_app_whose_own_time_never_rises_with_what_it_holds_is_never_bound() {
+        let mut w = bound_at(0);
+        for i in 1..=60u64 {
+            let own = Duration::from_micros(300 + (i * 7_919) % 4_000);
+            window(&mut w, i * 100 * MS, own, 8 + (i as usize * 5) % 80, 40);
+            assert_eq!(w.ceiling(i * 100 * MS, true, 256), 256, "window {i}");
+        }
     }
 
     #[test]
     fn the_bound_holds_two_seconds_after_the_sparing_and_forgets_after_the_horizon() {
         let mut w = bound_at(0);
-        window(&mut w, 100 * MS, Duration::from_millis(20), 8, 40);
-        assert_eq!(w.ceiling(100 * MS, true, 256), 9);
-        assert_eq!(w.ceiling(100 * MS + SPARING_HOLD, false, 256), 9);
-        assert_eq!(w.ceiling(101 * MS + SPARING_HOLD, false, 256), 256);
-        assert_eq!(w.ceiling(200 * MS, true, 4), 4, "never above max_inflight");
+        window(&mut w, 100 * MS, Duration::from_millis(30), 12, 40);
+        window(&mut w, 200 * MS, Duration::from_millis(20), 8, 40);
+        assert_eq!(w.ceiling(200 * MS, true, 256), 9);
+        assert_eq!(w.ceiling(200 * MS + SPARING_HOLD, false, 256), 9);
+        assert_eq!(w.ceiling(201 * MS + SPARING_HOLD, false, 256), 256);
+        assert_eq!(w.ceiling(300 * MS, true, 4), 4, "never above max_inflight");
         // A window without enough answers closes unjudged after a second; the clean peak
         // is forgotten once older than the horizon (10 s).
         w.tick(11_000 * MS, Duration::ZERO);

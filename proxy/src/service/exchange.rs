@@ -31,6 +31,8 @@ pub(super) struct AppExchange {
     /// Its registration with the egress role's pairing, if on.
     visit: Option<Visit>,
     answered: bool,
+    /// The request's route, for the adaptive limit (`control_loop::route_key`).
+    route: u64,
 }
 
 impl AppExchange {
@@ -39,8 +41,9 @@ impl AppExchange {
         dispatched: Instant,
         shared: Arc<Shared>,
         visit: Option<Visit>,
+        route: u64,
     ) -> Self {
-        AppExchange { slot: Some(slot), dispatched, shared, visit, answered: false }
+        AppExchange { slot: Some(slot), dispatched, shared, visit, answered: false, route }
     }
 
     /// When the request left for the app.
@@ -67,7 +70,8 @@ impl AppExchange {
         let downstream = self.end_visit();
         self.shared.app_time.record(took);
         let shared = &self.shared;
-        shared.control.on_response(took, downstream, &shared.engine, &shared.limit);
+        let route = Some(self.route);
+        shared.control.on_response(took, downstream, route, &shared.engine, &shared.limit);
     }
 
     /// How long a response may wait for its caller to read before this exchange gives its

@@ -42,9 +42,6 @@ async fn a_healthy_async_middle_hop_serves_its_spared_routes_bursts_as_without_w
 /// hop whose two routes differ in cost (2 ms and 100 ms, both async). Y's bursts must be
 /// served as without weir.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails on main (22b5818): the adaptive limit judges the app's own time as a mean \
-            over its routes; a burst of the slower route reads as a knee and cuts the limit \
-            (noharm-bench --parts async-middle-hop, the single-hop variant)"]
 async fn a_healthy_async_app_with_two_routes_of_different_cost_serves_bursts_as_without_weir() {
     let _turn = support::CPU_HEAVY.lock().await;
     let config = AsyncMiddleHopConfig::e2e(7);
