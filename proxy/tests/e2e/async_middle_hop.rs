@@ -18,23 +18,17 @@ use crate::support;
 /// (a margin for a busy 2-core machine: the harm it catches is a queue in weir A of
 /// hundreds of milliseconds).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails on main (22b5818): a middle hop judges its app's own time as a mean over its \
-            routes, so a burst of the slower route reads as a queue; the worker bound freezes \
-            at the calm's peak and the knee search cuts the limit (noharm-bench --parts \
-            async-middle-hop)"]
 async fn a_healthy_async_middle_hop_serves_its_spared_routes_bursts_as_without_weir() {
     let _turn = support::CPU_HEAVY.lock().await;
     let config = AsyncMiddleHopConfig::e2e(7);
     let weir = support::weir_binary();
     let reference = run_variant(&config, weir, Variant::NoWeirAtA, 1).await.unwrap();
     let defaults = run_variant(&config, weir, Variant::DefaultsEgressOn, 1).await.unwrap();
-    // The case under test: X is shed, and A's worker bound came on (it spared Y).
+    // The case under test: X is shed while Y is offered in bursts. (Whether A's worker
+    // bound comes on is not asserted: it applies only on evidence of a worker pool, which an
+    // async app should not show, but a busy machine's jitter may; either way Y must be
+    // served as without weir. Before that rule it came on and held Y's bursts in weir A.)
     assert!(defaults.x.refused * 3 > defaults.x.sent, "X was shed: {:?}", defaults.x);
-    assert!(
-        defaults.a_ceiling_min.is_some_and(|c| c < 256),
-        "A's level spared Y (its worker bound came on): {:?}",
-        defaults.a_ceiling
-    );
     assert_served_as_without_weir(&defaults, &reference);
 }
 
