@@ -871,8 +871,13 @@ impl AdaptiveLimit {
 
     /// The app completes as much with less. Whatever looked held "without rising latency"
     /// above this was measured against a baseline that was itself queued.
+    ///
+    /// (The routes' baselines are kept: each is the lowest block over the horizon, which
+    /// falls by itself once the app answers without the queue the cut removed. Forgotten
+    /// here, they were measured again inside the queue the cut still leaves, read it as the
+    /// routes' own time, and the probe grew the limit into the app's queue: 14 on an app of 4
+    /// workers for 2.5 s after a step to 3x.)
     fn free_cut(&mut self, now: Nanos, t: Trial, after: f64, rate: f64) {
-        self.routes.forget();
         for r in self.history.iter_mut() {
             r.peak = r.peak.min(t.target);
         }

@@ -106,15 +106,6 @@ impl RouteCosts {
         Some(expected)
     }
 
-    /// Forget every route's baseline: a cut showed the app's own time was a queue, so what
-    /// was measured before it was queued too.
-    pub fn forget(&mut self) {
-        for r in &mut self.routes {
-            r.lows.clear();
-            (r.answers, r.sum) = (0, 0);
-        }
-    }
-
     /// Routes tracked now.
     pub fn len(&self) -> usize {
         self.routes.len()
