@@ -816,7 +816,11 @@ pub fn markdown(r: &NoHarmResult) -> String {
             models.join("; ")
         );
     }
-    let _ = writeln!(s, "**{passed} of {} cases meet every target.**\n", r.cases.len());
+    if r.cases.is_empty() {
+        let _ = writeln!(s, "No grid cases in this run (`--parts` left the grid out).\n");
+    } else {
+        let _ = writeln!(s, "**{passed} of {} cases meet every target.**\n", r.cases.len());
+    }
     let _ = writeln!(
         s,
         "| app | load | offered rps | refused (weir) | not served direct / weir | throughput weir/direct | \
