@@ -74,10 +74,13 @@ pub trait AppClient: Send + Sync + 'static {
     /// Where requests go (the `Host` of a request that names none).
     fn addr(&self) -> SocketAddr;
 
+    /// `now`: a clock read the caller made a moment ago (the pool's idle check needs no
+    /// other).
     fn send(
         &self,
         protocol: Protocol,
         req: Request<RequestBody>,
+        now: Instant,
     ) -> impl Future<Output = Result<Exchange<Self::Body>, ClientError>> + Send;
 }
 
@@ -248,17 +251,31 @@ impl Endpoint {
         protocol: Protocol,
         req: Request<RequestBody>,
     ) -> Result<Exchange, ClientError> {
+        self.send_at(protocol, req, Instant::now()).await
+    }
+
+    /// [`Self::send`], `now` being a clock read made a moment ago.
+    pub async fn send_at(
+        &self,
+        protocol: Protocol,
+        req: Request<RequestBody>,
+        now: Instant,
+    ) -> Result<Exchange, ClientError> {
         match protocol {
-            Protocol::Http1 => self.send_http1(req).await,
+            Protocol::Http1 => self.send_http1(req, now).await,
             Protocol::H2c => self.send_h2(req).await,
         }
     }
 
-    async fn send_http1(&self, mut req: Request<RequestBody>) -> Result<Exchange, ClientError> {
+    async fn send_http1(
+        &self,
+        mut req: Request<RequestBody>,
+        now: Instant,
+    ) -> Result<Exchange, ClientError> {
         // Once a reused connection lost a request, only a fresh one is tried.
         let mut retried = false;
         loop {
-            let pooled = if retried { None } else { self.http1.checkout() };
+            let pooled = if retried { None } else { self.http1.checkout(now) };
             let (link, pooled) = match pooled {
                 Some(link) => (link, true),
                 // Boxed (here and for h2c): a new connection is rare, and its handshake's
@@ -470,22 +487,24 @@ impl AppClient for Endpoint {
         &self,
         protocol: Protocol,
         req: Request<RequestBody>,
+        now: Instant,
     ) -> impl Future<Output = Result<Exchange, ClientError>> + Send {
-        Endpoint::send(self, protocol, req)
+        Endpoint::send_at(self, protocol, req, now)
     }
 }
 
 // === impl Http1Pool ===
 
 impl Http1Pool {
-    /// The most recently used idle connection that is still open, ready for a request.
-    fn checkout(&self) -> Option<Box<Http1Link>> {
+    /// The most recently used idle connection that is still open, ready for a request; `now`
+    /// (a moment ago) judges its idle time.
+    fn checkout(&self, now: Instant) -> Option<Box<Http1Link>> {
         loop {
             let mut idle = {
                 let mut pool = self.idle.lock().unwrap_or_else(|p| p.into_inner());
                 pool.pop_back()?
             };
-            if idle.since.elapsed() > self.idle_timeout {
+            if now.saturating_duration_since(idle.since) > self.idle_timeout {
                 continue;
             }
             // Nobody drove it while it was idle. Ready as its last exchange ended, it is taken

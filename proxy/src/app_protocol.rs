@@ -239,24 +239,50 @@ impl Upstream {
         headers: &HeaderMap,
         deadline: Instant,
     ) -> Choice {
+        match self.choose_known(configured, caller, headers, Instant::now()) {
+            Some(choice) => choice,
+            None => self.choose_after_probe(configured, caller, headers, deadline).await,
+        }
+    }
+
+    /// The protocol for a request without waiting (as [`Self::choose`]), or `None` when the
+    /// upstream's protocol is still to be learnt ([`Self::choose_after_probe`] then waits).
+    /// `now`: a clock read the caller has made (a moment ago), for the re-check's schedule.
+    pub fn choose_known(
+        &self,
+        configured: AppProtocol,
+        caller: Version,
+        headers: &HeaderMap,
+        now: Instant,
+    ) -> Option<Choice> {
         if configured != AppProtocol::Auto || caller < Version::HTTP_2 {
             // Nothing to learn: the caller's version or the configuration decides.
-            return decide(configured, caller, false, Speaks::Unknown);
+            return Some(decide(configured, caller, false, Speaks::Unknown));
         }
-        let grpc = is_native_grpc(headers);
         let memory = &self.inner;
         let speaks = match memory.speaks() {
-            // Boxed: only the first requests wait for the probe; the rest should not carry
-            // its state.
-            Speaks::Unknown => Box::pin(memory.learn(deadline)).await,
-            known => {
-                if since_epoch(Instant::now()) >= memory.recheck_at.load(Acquire) {
-                    self.recheck_in_background();
-                }
-                known
-            }
+            Speaks::Unknown => return None,
+            known => known,
         };
-        decide(configured, caller, grpc, speaks)
+        if since_epoch(now) >= memory.recheck_at.load(Acquire) {
+            self.recheck_in_background();
+        }
+        Some(decide(configured, caller, is_native_grpc(headers), speaks))
+    }
+
+    /// [`Self::choose`] once [`Self::choose_known`] found nothing known: waits for the
+    /// first probe of this upstream, never past `deadline`.
+    pub async fn choose_after_probe(
+        &self,
+        configured: AppProtocol,
+        caller: Version,
+        headers: &HeaderMap,
+        deadline: Instant,
+    ) -> Choice {
+        // Boxed: only the first requests wait for the probe; the rest should not carry its
+        // state.
+        let speaks = Box::pin(self.inner.learn(deadline)).await;
+        decide(configured, caller, is_native_grpc(headers), speaks)
     }
 
     /// A request sent in the remembered protocol failed at the protocol level: re-check

@@ -163,8 +163,15 @@ where
 /// (a body trickling one byte per gap would otherwise hold the exchange, and its in-flight
 /// slot, for as long as it likes). What was read while the request was queued
 /// ([`EarlyBody`]) goes first.
+///
+/// No body at all (the usual request) is a null pointer: the request moves through the
+/// path's layers and hyper's client channel many times, and a body's state is large.
 #[derive(Debug)]
-pub struct RequestBody {
+pub struct RequestBody(Option<Box<BodyState>>);
+
+/// A [`RequestBody`] that has (or had) something to send.
+#[derive(Debug)]
+struct BodyState {
     read_ahead: VecDeque<Frame<Bytes>>,
     read_ahead_bytes: u64,
     inner: Option<CallerBody>,
@@ -296,23 +303,14 @@ impl RequestBody {
 
     /// No body at all.
     pub fn empty() -> Self {
-        RequestBody {
-            read_ahead: VecDeque::new(),
-            read_ahead_bytes: 0,
-            inner: None,
-            gap: Duration::ZERO,
-            deadline: None,
-            timer: None,
-            gap_end: None,
-            progressed: false,
-            failure: None,
-            caller_wait: None,
-        }
+        RequestBody(None)
     }
 
     /// The whole body must have arrived by `deadline`; past it the body fails.
     pub fn until(mut self, deadline: impl Into<Instant>) -> Self {
-        self.deadline = Some(deadline.into());
+        if let Some(state) = self.0.as_mut() {
+            state.deadline = Some(deadline.into());
+        }
         self
     }
 
@@ -320,8 +318,8 @@ impl RequestBody {
     /// slot in `limit` until the body ends (see [`CallerWait`]). Nothing for a body weir
     /// already holds whole.
     pub fn lending(mut self, limit: &Arc<InflightLimit>, grace: Duration) -> Self {
-        if self.inner.is_some() {
-            self.caller_wait = Some(CallerWait {
+        if let Some(state) = self.0.as_mut().filter(|state| state.inner.is_some()) {
+            state.caller_wait = Some(CallerWait {
                 grace,
                 since: None,
                 waited: Duration::ZERO,
@@ -335,39 +333,59 @@ impl RequestBody {
 
     /// How long the app has waited on the caller so far (`None`: not [`RequestBody::lending`]).
     pub fn caller_waited(&self) -> Option<CallerWaited> {
-        self.caller_wait.as_ref().map(|w| CallerWaited(w.total.clone()))
+        let wait = self.0.as_ref()?.caller_wait.as_ref()?;
+        Some(CallerWaited(wait.total.clone()))
     }
 
     /// Tells how the body failed once it has been sent on.
     pub fn probe(&self) -> RequestBodyProbe {
-        RequestBodyProbe(self.failure.clone())
+        RequestBodyProbe(self.0.as_ref().and_then(|state| state.failure.clone()))
     }
 
     /// No body at all: nothing read ahead, nothing left with the caller.
     pub fn is_none(&self) -> bool {
-        self.inner.is_none() && self.read_ahead.is_empty()
+        self.0.as_ref().is_none_or(|state| state.inner.is_none() && state.read_ahead.is_empty())
     }
 
     /// A copy that can be sent again, when weir holds the whole body (none at all, or one
     /// read ahead to its end while the request was queued); `None` while part of it is
     /// still with the caller.
     pub fn replay(&self) -> Option<RequestBody> {
-        if self.inner.is_some() {
+        let Some(state) = self.0.as_ref() else { return Some(RequestBody::empty()) };
+        if state.inner.is_some() {
             return None;
         }
-        let mut read_ahead = VecDeque::with_capacity(self.read_ahead.len());
-        for frame in &self.read_ahead {
+        let mut read_ahead = VecDeque::with_capacity(state.read_ahead.len());
+        for frame in &state.read_ahead {
             if let Some(data) = frame.data_ref() {
                 read_ahead.push_back(Frame::data(data.clone()));
             } else if let Some(trailers) = frame.trailers_ref() {
                 read_ahead.push_back(Frame::trailers(trailers.clone()));
             }
         }
-        Some(RequestBody {
+        let read_ahead_bytes = state.read_ahead_bytes;
+        Some(RequestBody(Some(Box::new(BodyState {
             read_ahead,
-            read_ahead_bytes: self.read_ahead_bytes,
-            ..RequestBody::empty()
-        })
+            read_ahead_bytes,
+            ..BodyState::empty(Duration::ZERO)
+        }))))
+    }
+}
+
+impl BodyState {
+    fn empty(gap: Duration) -> Self {
+        BodyState {
+            read_ahead: VecDeque::new(),
+            read_ahead_bytes: 0,
+            inner: None,
+            gap,
+            deadline: None,
+            timer: None,
+            gap_end: None,
+            progressed: false,
+            failure: None,
+            caller_wait: None,
+        }
     }
 
     fn fail(&mut self, why: RequestBodyFailure) -> BoxError {
@@ -383,17 +401,9 @@ impl RequestBody {
             RequestBodyFailure::Malformed => BodyStall::RequestBodyMalformed.into(),
         }
     }
-}
 
-impl Body for RequestBody {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = &mut *self;
+    fn poll_frame(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = self;
         if let Some(frame) = this.read_ahead.pop_front() {
             if let Some(data) = frame.data_ref() {
                 this.read_ahead_bytes -= data.len() as u64;
@@ -483,6 +493,32 @@ impl Body for RequestBody {
                 hint
             }
         }
+    }
+}
+
+impl Body for RequestBody {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    #[inline]
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        match self.0.as_mut() {
+            Some(state) => state.poll_frame(cx),
+            None => Poll::Ready(None),
+        }
+    }
+
+    #[inline]
+    fn is_end_stream(&self) -> bool {
+        self.0.as_ref().is_none_or(|state| state.is_end_stream())
+    }
+
+    #[inline]
+    fn size_hint(&self) -> SizeHint {
+        self.0.as_ref().map_or_else(|| SizeHint::with_exact(0), |state| state.size_hint())
     }
 }
 
@@ -577,14 +613,16 @@ impl EarlyBody {
     }
 
     pub fn into_request_body(self, gap: Duration) -> RequestBody {
-        RequestBody {
+        if self.inner.is_none() && self.read_ahead.is_empty() {
+            return RequestBody::empty();
+        }
+        RequestBody(Some(Box::new(BodyState {
             read_ahead: self.read_ahead,
             read_ahead_bytes: self.read_ahead_bytes,
             failure: self.inner.is_some().then(Arc::default),
             inner: self.inner,
-            gap,
-            ..RequestBody::empty()
-        }
+            ..BodyState::empty(gap)
+        })))
     }
 }
 

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use admission_core::audit::Outcome;
-use admission_core::queue_policy::{Door, QueuePolicy, Verdict};
+use admission_core::queue_policy::{Door, QueuePolicy, Verdict, Waiter};
 use admission_core::{Decision, Priority};
 use http::{HeaderName, Method, Request, Response};
 use hyper::body::{Body, Incoming};
@@ -277,13 +277,22 @@ impl<A: AppClient> Inbound<A> {
         };
 
         // Protocol to the app: under `auto`, the first HTTP/2 request may wait for the probe
-        // (bounded by the connect timeout and the budget), before it takes a slot.
-        let headers = &parts.headers;
-        let protocol = match self
-            .app_speaks
-            .choose(self.app_protocol, parts.version, headers, deadline.into_std())
-            .await
-        {
+        // (bounded by the connect timeout and the budget), before it takes a slot. `now`:
+        // the arrival, unless it waited (the head was read microseconds ago: one clock read
+        // fewer per request).
+        let (version, headers) = (parts.version, &parts.headers);
+        let (choice, now) =
+            match self.app_speaks.choose_known(self.app_protocol, version, headers, arrival.into())
+            {
+                Some(choice) => (choice, arrival),
+                None => {
+                    let (configured, by) = (self.app_protocol, deadline.into_std());
+                    let choice =
+                        self.app_speaks.choose_after_probe(configured, version, headers, by).await;
+                    (choice, Instant::now())
+                }
+            };
+        let protocol = match choice {
             Choice::Send(protocol) => protocol,
             Choice::GrpcNeedsH2 => {
                 let (status, headers) = app_protocol::grpc_needs_h2_head();
@@ -295,15 +304,21 @@ impl<A: AppClient> Inbound<A> {
         // the caller let pass): refused as past its deadline now. Waiting for the body first
         // would end it as a caller late with its body (504, gRPC status 4) whenever the body
         // had not come with the head, so the answer would depend on a race.
-        if deadline <= Instant::now() && !self.shadow() {
+        if deadline <= now && !self.shadow() {
             return self.refuse(grpc, ShedReason::Deadline, priority);
         }
 
         // Body: one of declared length takes a slot only once it is here (see
         // `body_before_slot`); the wait for a slot starts then.
-        let ready = match self.body_before_slot(&mut body, arrival, deadline).await {
-            Ok(ready) => ready,
-            Err(failure) => return self.error(failure.error(), grpc),
+        let ready = match body.declared_len() {
+            None => arrival,
+            // Boxed: only a request with a body carries the wait for it.
+            Some(declared) => {
+                match Box::pin(self.body_before_slot(&mut body, declared, deadline)).await {
+                    Ok(ready) => ready,
+                    Err(failure) => return self.error(failure.error(), grpc),
+                }
+            }
         };
 
         // Queue. A route the own level spares waits ahead of the routes it refuses (their
@@ -319,46 +334,16 @@ impl<A: AppClient> Inbound<A> {
                 (slot, false)
             }
             None => {
-                // The door: a request that would wait longer than its budget allows is
-                // refused now, with a fast 503, rather than after the wait.
-                if let Door::Refuse(_) = self.door(&waiter) {
-                    return self.refuse(grpc, ShedReason::Overload, priority);
-                }
-                self.shared.control.on_queued();
-                // Set by the waiter's timer when it ends the wait (the queue's accounting
-                // then does not count it as a caller who left).
-                let refused = AtomicBool::new(false);
-                let timer = async {
-                    let verdict = self.refused_while_waiting(&waiter).await;
-                    refused.store(true, Relaxed);
-                    match verdict {
-                        Verdict::WaitedOut => ShedReason::Overload,
-                        _ => ShedReason::Deadline,
-                    }
-                };
-                // HTTP/1.1: read the body ahead while queued, or a caller who leaves is not
-                // seen leaving (h2 callers reset the stream, which drops this future).
-                let watch_body = parts.version < http::Version::HTTP_2 && !body.is_end_stream();
-                let waited = if watch_body {
-                    tokio::select! {
-                        biased;
-                        waited = self.wait_for_slot(conn, &waiter, &refused) => waited,
-                        () = body.caller_gone() => return self.error(WeirError::CallerGone, grpc),
-                        reason = timer => return self.refuse(grpc, reason, priority),
-                    }
-                } else {
-                    tokio::select! {
-                        biased;
-                        waited = self.wait_for_slot(conn, &waiter, &refused) => waited,
-                        reason = timer => return self.refuse(grpc, reason, priority),
-                    }
-                };
-                match waited {
+                // Boxed: only a request that queues carries the wait's state (its timers,
+                // the queue's entry) in this future, which every request builds and moves.
+                let watch = (parts.version < http::Version::HTTP_2).then_some(&mut body);
+                let queued = Box::pin(self.queued(conn, &waiter, watch, grpc, priority)).await;
+                match queued {
                     Ok((slot, over_bound)) => {
                         would_shed |= over_bound;
                         (slot, true)
                     }
-                    Err(()) => return self.refuse(grpc, ShedReason::Overload, priority),
+                    Err(early) => return early,
                 }
             }
         };
@@ -392,6 +377,51 @@ impl<A: AppClient> Inbound<A> {
         self.forward(conn, parts, carried, body, protocol, deadline, exchange, grpc).await
     }
 
+    /// The queue layer's wait for a slot, once none was free: the door, then the wait (the
+    /// slot, and whether it was granted over the class's bound), or the answer that ends it.
+    /// `watch`: an HTTP/1.1 caller's body, read ahead while queued, or a caller who leaves is
+    /// not seen leaving (h2 callers reset the stream, which drops this future).
+    async fn queued(
+        &self,
+        conn: &ConnState,
+        waiter: &Waiter,
+        watch: Option<&mut EarlyBody>,
+        grpc: bool,
+        priority: Priority,
+    ) -> Result<(crate::inflight::Slot, bool), Early> {
+        // The door: a request that would wait longer than its budget allows is refused now,
+        // with a fast 503, rather than after the wait.
+        if let Door::Refuse(_) = self.door(waiter) {
+            return Err(self.refuse(grpc, ShedReason::Overload, priority));
+        }
+        self.shared.control.on_queued();
+        // Set by the waiter's timer when it ends the wait (the queue's accounting then does
+        // not count it as a caller who left).
+        let refused = AtomicBool::new(false);
+        let timer = async {
+            let verdict = self.refused_while_waiting(waiter).await;
+            refused.store(true, Relaxed);
+            match verdict {
+                Verdict::WaitedOut => ShedReason::Overload,
+                _ => ShedReason::Deadline,
+            }
+        };
+        let waited = match watch.filter(|body| !body.is_end_stream()) {
+            Some(body) => tokio::select! {
+                biased;
+                waited = self.wait_for_slot(conn, waiter, &refused) => waited,
+                () = body.caller_gone() => return Err(self.error(WeirError::CallerGone, grpc)),
+                reason = timer => return Err(self.refuse(grpc, reason, priority)),
+            },
+            None => tokio::select! {
+                biased;
+                waited = self.wait_for_slot(conn, waiter, &refused) => waited,
+                reason = timer => return Err(self.refuse(grpc, reason, priority)),
+            },
+        };
+        waited.map_err(|()| self.refuse(grpc, ShedReason::Overload, priority))
+    }
+
     /// The body layer: a request body of declared length takes an in-flight slot only once
     /// all of it, or its first [`READ_AHEAD_LIMIT`] bytes, have arrived (each gap within
     /// `timeouts.body_read`, the whole within the budget: else 408 / 504, and the app never
@@ -400,16 +430,16 @@ impl<A: AppClient> Inbound<A> {
     /// chunked upload, a gRPC stream) may be an exchange in which the caller waits for the
     /// app before it sends more, so it goes on as it comes; once it keeps the app waiting,
     /// its slot is lent (see [`RequestBody::lending`]). When the request is ready for the
-    /// queue: `arrival` when nothing had to be waited for.
+    /// queue (the caller calls it only for a body of `declared` length: any other request
+    /// is ready on arrival).
     ///
     /// [`RequestBody::lending`]: crate::body::RequestBody::lending
     async fn body_before_slot(
         &self,
         body: &mut EarlyBody,
-        arrival: Instant,
+        declared: u64,
         deadline: Instant,
     ) -> Result<Instant, RequestBodyFailure> {
-        let Some(declared) = body.declared_len() else { return Ok(arrival) };
         body.arrive(declared.min(READ_AHEAD_LIMIT), self.body_read, deadline).await?;
         Ok(Instant::now())
     }
@@ -527,7 +557,8 @@ impl<A: AppClient> Inbound<A> {
         let mut budget = conn.budget.lend(deadline);
         // Boxed: the client's future is the largest part of this one, which is built and
         // moved by every layer above it on each request; a pointer is cheaper to carry.
-        let sent = within(&mut budget, Box::pin(self.app.send(protocol, req))).await;
+        let dispatched = exchange.dispatched().into_std();
+        let sent = within(&mut budget, Box::pin(self.app.send(protocol, req, dispatched))).await;
         let crate::app_client::Exchange { response, lease } = match sent {
             Ok(Ok(exchange)) => exchange,
             Ok(Err(e)) => {

@@ -76,6 +76,7 @@ impl AppClient for TestApp {
         &self,
         _protocol: Protocol,
         req: Request<RequestBody>,
+        _now: std::time::Instant,
     ) -> impl Future<Output = Result<Exchange<Full<Bytes>>, ClientError>> + Send {
         let app = self.0.clone();
         async move {
@@ -577,4 +578,12 @@ async fn a_streaming_body_that_keeps_the_app_waiting_lends_its_slot() {
     assert_eq!(body_of(resp).await, "10");
     assert_eq!((limit.inflight(), limit.lent()), (0, 0));
     assert!(s.shared().app_time.typical() <= 10 * MS, "{:?}", s.shared().app_time.typical());
+}
+
+/// A request moves through every layer of the path and through hyper's client channel, each
+/// move a copy: its body, when there is none (the usual request), is one pointer wide.
+#[test]
+fn a_request_without_a_body_carries_one_pointer_for_it() {
+    assert_eq!(std::mem::size_of::<RequestBody>(), std::mem::size_of::<usize>());
+    assert!(RequestBody::new(CallerBody::new(Empty::<Bytes>::new()), MS).is_none());
 }
