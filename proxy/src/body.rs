@@ -704,8 +704,9 @@ enum Kind {
     /// Nothing (refusals, HEAD, 204, 304, errors): end of stream at once, so an HTTP/2
     /// response is one HEADERS frame with END_STREAM (a gRPC trailers-only response).
     Empty,
-    /// Read whole from the app already.
-    Buffered { data: Option<Bytes>, trailers: Option<HeaderMap> },
+    /// Read whole from the app already. (The trailers boxed: most responses have none, and
+    /// every response moves through the path's layers, a copy each time.)
+    Buffered { data: Option<Bytes>, trailers: Option<Box<HeaderMap>> },
     /// Fed by a pump task.
     Pumped { frames: mpsc::Receiver<Item>, hint: SizeHint, ended: bool },
 }
@@ -724,6 +725,7 @@ impl ResponseBody {
 
     pub fn full(data: Bytes, trailers: Option<HeaderMap>) -> Self {
         let data = (!data.is_empty()).then_some(data);
+        let trailers = trailers.map(Box::new);
         ResponseBody { kind: Kind::Buffered { data, trailers }, watch: None, held: None }
     }
 
@@ -986,7 +988,7 @@ impl ResponseBody {
                 if let Some(data) = data.take() {
                     return Poll::Ready(Some(Ok(Frame::data(data))));
                 }
-                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(t))))
+                Poll::Ready(trailers.take().map(|t| Ok(Frame::trailers(*t))))
             }
             Kind::Pumped { frames, ended, .. } => {
                 if *ended {
