@@ -1031,3 +1031,32 @@ fn first_cut_window() -> WindowSummary {
     (w.completed, w.busy_ns, w.busy_completed, w.queue_depth) = (36, 150 * MS, 36, 92);
     w
 }
+
+/// A level-bound probe (the level refused, the queue never held any) raises the estimate by
+/// half what completed, but no further than half over the estimate itself unless back
+/// towards the most a saturated window measured: an app of 400/s, its estimate at 279 after
+/// a slowdown, completes 303 in a window the level bound; the probe is 418, not 455.
+#[test]
+fn a_level_bound_probe_does_not_overshoot_the_app_it_measured() {
+    let mut c = capacity_measured_at(400);
+    let h = uniform(3, 10);
+    let current = AdmissionLevel::from_compound(128 + 40).unwrap();
+    let mut slow = window(3_840, 300, 279, 30);
+    (slow.completed, slow.busy_ns, slow.busy_completed) = (279, 1_000 * MS, 279);
+    c.next_level(current, Zone::Cut, &slow, &h);
+    assert_eq!(c.capacity_estimate(), Some(279.0));
+    let mut bound = window(3_840, 303, 303, 1);
+    bound.completed = 303;
+    c.next_level(current, Zone::Relax, &bound, &h);
+    let probed = c.capacity_estimate().unwrap();
+    assert!((418.0..=419.0).contains(&probed), "probed to {probed}");
+    // Back towards the best measured, the probe may go all the way (400 of 1.5 x 303 = 455
+    // from an estimate of 250: 1.5 x 250 = 375 is under the best, 400).
+    let mut c = capacity_measured_at(400);
+    let mut slower = slow;
+    (slower.completed, slower.busy_completed, slower.dispatched) = (250, 250, 250);
+    c.next_level(current, Zone::Cut, &slower, &h);
+    assert_eq!(c.capacity_estimate(), Some(250.0));
+    c.next_level(current, Zone::Relax, &bound, &h);
+    assert_eq!(c.capacity_estimate(), Some(400.0));
+}
