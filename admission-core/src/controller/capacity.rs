@@ -141,10 +141,19 @@ impl CapacityLaw {
         // A short censored window (a handful of requests let through) is too thin to
         // judge "room for twice what came" on.
         let may_open_fully = secs(w) >= MIN_JUDGED_WINDOW * self.window_secs;
-        let Some((target, credit)) = self.capacity_target(zone, w, censored) else {
+        let Some((target, credit, headroom)) = self.capacity_target(zone, w, censored) else {
             return current;
         };
-        let proposed = match level_for_target(histogram, target) {
+        // A thin first sample's headroom sizes a cut, it never decides whether to cut:
+        // opening on it let a step's first early window in whole, and the next cut drained
+        // the backlog that left (see `thin_first_headroom`).
+        let sized = match level_for_target(histogram, target) {
+            AdmissionLevel::FULLY_OPEN if headroom > 0.0 => {
+                level_for_target(histogram, target - headroom)
+            }
+            sized => sized,
+        };
+        let proposed = match sized {
             // Everything that arrived fits while the level cuts, and the
             // window is censored: the histogram says nothing about the demand
             // beyond what arrived, which behind callers whose egress refuses
@@ -395,13 +404,15 @@ impl CapacityLaw {
     /// The capacity law's target, in arrivals of this window: the app's completion rate
     /// over the window's length, less (when cutting) the backlog above what the exit
     /// threshold allows, drained over about one nominal window and never more than half
-    /// the rate. `None` before any completion was seen (nothing to aim at: hold).
+    /// the rate. `None` before any completion was seen (nothing to aim at: hold). With the
+    /// idle credit it carries, and the part of it that is a thin first sample's headroom
+    /// (zero but for such a cut).
     fn capacity_target(
         &mut self,
         zone: Zone,
         w: &WindowSummary,
         censored: bool,
-    ) -> Option<(f64, f64)> {
+    ) -> Option<(f64, f64, f64)> {
         // A little over the app's rate while cutting, more while the level sits, or under
         // it when censored (see the margins).
         let margin = match zone {
@@ -409,9 +420,13 @@ impl CapacityLaw {
             Zone::Cut => CAPACITY_MARGIN,
             Zone::Hold | Zone::Relax | Zone::Absorb => SITTING_MARGIN,
         };
-        // (A thin first measurement is sized with its headroom, see `thin_first_headroom`.)
-        let estimate = self.observe_completions(zone, w, censored)?;
-        let cap = (estimate + self.sizing_headroom) * (1.0 - margin);
+        let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
+        // A thin first measurement sizes a cut with its headroom (`thin_first_headroom`);
+        // the backlog allowed and the idle credit stay on the measured rate.
+        let headroom = match zone {
+            Zone::Cut => self.sizing_headroom * (1.0 - margin) * secs(w),
+            _ => 0.0,
+        };
         let per_window = cap * secs(w);
         let allowed = cap * BACKLOG_KEPT_EXITS * self.exit_ns as f64 / 1e9;
         let excess = (w.queue_depth as f64 - allowed).max(0.0);
@@ -429,7 +444,7 @@ impl CapacityLaw {
         let target = match zone {
             Zone::Cut => {
                 let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
-                (cap - drain_rate) * secs(w) + credit
+                (cap - drain_rate) * secs(w) + credit + headroom
             }
             // (An absorbed burst never asks for a target, see `decide`.)
             Zone::Hold | Zone::Absorb => per_window + credit,
@@ -438,7 +453,7 @@ impl CapacityLaw {
             Zone::Relax if censored => per_window,
             Zone::Relax => per_window.max((1.0 + self.beta) * w.admitted as f64),
         };
-        Some((target, credit))
+        Some((target, credit, headroom))
     }
 
     /// The room a window shorter than the nominal one has beyond its own length, in
