@@ -32,6 +32,14 @@ pub(super) struct CapacityLaw {
     /// it starts at [`CENSORED_MARGIN`] and eases towards [`CENSORED_MARGIN_MIN`] while
     /// nothing this sidecar admitted is refused here.
     censored_margin: f64,
+    /// How far over the estimate this window's level is sized (requests per second): two
+    /// standard deviations of the completions when the estimate was first measured in this
+    /// very window over a thin busy time ([`thin_first_headroom`]), zero otherwise. Set by
+    /// each window's [`CapacityLaw::observe_completions`]; never stored in the estimate.
+    sizing_headroom: f64,
+    /// The highest estimate a saturated window left (0 before one did): a level-bound probe
+    /// may go back up to it in one window (see [`LEVEL_BOUND_PROBE`]).
+    best_measured: f64,
 }
 
 /// At most this many past windows are remembered: windows close early no sooner than
@@ -59,6 +67,8 @@ impl CapacityLaw {
             recent: VecDeque::with_capacity(REMEMBERED_WINDOWS),
             quiet_streak: 0,
             censored_margin: CENSORED_MARGIN,
+            sizing_headroom: 0.0,
+            best_measured: 0.0,
         }
     }
 
@@ -131,10 +141,19 @@ impl CapacityLaw {
         // A short censored window (a handful of requests let through) is too thin to
         // judge "room for twice what came" on.
         let may_open_fully = secs(w) >= MIN_JUDGED_WINDOW * self.window_secs;
-        let Some((target, credit)) = self.capacity_target(zone, w, censored) else {
+        let Some((target, credit, headroom)) = self.capacity_target(zone, w, censored) else {
             return current;
         };
-        let proposed = match level_for_target(histogram, target) {
+        // A thin first sample's headroom sizes a cut, it never decides whether to cut:
+        // opening on it let a step's first early window in whole, and the next cut drained
+        // the backlog that left (see `thin_first_headroom`).
+        let sized = match level_for_target(histogram, target) {
+            AdmissionLevel::FULLY_OPEN if headroom > 0.0 => {
+                level_for_target(histogram, target - headroom)
+            }
+            sized => sized,
+        };
+        let proposed = match sized {
             // Everything that arrived fits while the level cuts, and the
             // window is censored: the histogram says nothing about the demand
             // beyond what arrived, which behind callers whose egress refuses
@@ -228,7 +247,9 @@ impl CapacityLaw {
         histogram: &[u32],
         w: &WindowSummary,
     ) -> AdmissionLevel {
-        let Some(capacity) = self.capacity_per_sec else { return next };
+        let Some(capacity) = self.capacity_per_sec.map(|c| c + self.sizing_headroom) else {
+            return next;
+        };
         let Some(first) = histogram.iter().position(|&n| n > 0) else { return next };
         let class = usize::from(top_class(histogram));
         let end = (class + 1) * USER_LEVELS as usize;
@@ -269,12 +290,19 @@ impl CapacityLaw {
             return next;
         }
         let fits = capacity * secs(w);
+        // The top class alone is judged on a thin first sample's headroom, as the level is
+        // sized: bounded at its end on the sample's low reading, its waiters were the ones
+        // the max wait dropped behind the backlog still inside the app (see
+        // `thin_first_headroom`).
+        let top = usize::from(top_class(histogram));
+        let top_fits = (capacity + self.sizing_headroom) * secs(w);
         let mut whole = 0u64;
         for class in 0..usize::from(next.priority().business) {
             let chunk =
                 &histogram[class * USER_LEVELS as usize..(class + 1) * USER_LEVELS as usize];
             whole += chunk.iter().map(|&n| u64::from(n)).sum::<u64>();
-            if whole as f64 > fits {
+            let bar = if class == top { fits.max(top_fits) } else { fits };
+            if whole as f64 > bar {
                 let end = (class + 1) * USER_LEVELS as usize - 1;
                 return AdmissionLevel::from_compound(end as u16).unwrap_or(next);
             }
@@ -345,6 +373,13 @@ const MAX_DRAIN_SHARE: f64 = 0.5;
 const SATURATED_BUSY_SHARE: u64 = 4;
 /// When the level, not the app, set a window's rate (it refused, the queue never held
 /// any), the estimate probes this much higher: a faster app is followed within ~2 s.
+///
+/// The probe is half past what completed, and never past half over the estimate itself
+/// unless back towards the most a saturated window measured: after a slowdown under 3x (the
+/// simulation's app of 400/s at half speed for 5 s), the estimate at 279 (an earlier
+/// probe's), a window the level bound completed 303 and the probe set 455, above anything
+/// the app ever completed; saturated windows then averaged it down over seconds (in 3 of 8
+/// seeded runs, none before a change to the first cut moved the path).
 const LEVEL_BOUND_PROBE: f64 = 1.5;
 /// The first quiet censored window in a row raises its target by this share of the
 /// estimate; each further one in a row doubles the raise (see [`quiet_probe`]).
@@ -369,13 +404,15 @@ impl CapacityLaw {
     /// The capacity law's target, in arrivals of this window: the app's completion rate
     /// over the window's length, less (when cutting) the backlog above what the exit
     /// threshold allows, drained over about one nominal window and never more than half
-    /// the rate. `None` before any completion was seen (nothing to aim at: hold).
+    /// the rate. `None` before any completion was seen (nothing to aim at: hold). With the
+    /// idle credit it carries, and the part of it that is a thin first sample's headroom
+    /// (zero but for such a cut).
     fn capacity_target(
         &mut self,
         zone: Zone,
         w: &WindowSummary,
         censored: bool,
-    ) -> Option<(f64, f64)> {
+    ) -> Option<(f64, f64, f64)> {
         // A little over the app's rate while cutting, more while the level sits, or under
         // it when censored (see the margins).
         let margin = match zone {
@@ -384,6 +421,12 @@ impl CapacityLaw {
             Zone::Hold | Zone::Relax | Zone::Absorb => SITTING_MARGIN,
         };
         let cap = self.observe_completions(zone, w, censored)? * (1.0 - margin);
+        // A thin first measurement sizes a cut with its headroom (`thin_first_headroom`);
+        // the backlog allowed and the idle credit stay on the measured rate.
+        let headroom = match zone {
+            Zone::Cut => self.sizing_headroom * (1.0 - margin) * secs(w),
+            _ => 0.0,
+        };
         let per_window = cap * secs(w);
         let allowed = cap * BACKLOG_KEPT_EXITS * self.exit_ns as f64 / 1e9;
         let excess = (w.queue_depth as f64 - allowed).max(0.0);
@@ -401,7 +444,7 @@ impl CapacityLaw {
         let target = match zone {
             Zone::Cut => {
                 let drain_rate = (excess / self.window_secs).min(MAX_DRAIN_SHARE * cap);
-                (cap - drain_rate) * secs(w) + credit
+                (cap - drain_rate) * secs(w) + credit + headroom
             }
             // (An absorbed burst never asks for a target, see `decide`.)
             Zone::Hold | Zone::Absorb => per_window + credit,
@@ -410,7 +453,7 @@ impl CapacityLaw {
             Zone::Relax if censored => per_window,
             Zone::Relax => per_window.max((1.0 + self.beta) * w.admitted as f64),
         };
-        Some((target, credit))
+        Some((target, credit, headroom))
     }
 
     /// The room a window shorter than the nominal one has beyond its own length, in
@@ -457,6 +500,7 @@ impl CapacityLaw {
         w: &WindowSummary,
         censored: bool,
     ) -> Option<f64> {
+        self.sizing_headroom = 0.0;
         if w.completed == 0 {
             return self.capacity_per_sec;
         }
@@ -485,7 +529,13 @@ impl CapacityLaw {
             // heard of a cut, not demand the level held back (raised by a half on them,
             // the estimate stayed up for windows, the level opened past the app and the
             // callers' backlog filled its queue).
-            LEVEL_BOUND_PROBE * w.completed as f64 / secs(w)
+            let probe = LEVEL_BOUND_PROBE * w.completed as f64 / secs(w);
+            // No further than half past the estimate, unless back towards the most the
+            // app was measured to complete (see [`LEVEL_BOUND_PROBE`]).
+            match self.capacity_per_sec {
+                Some(old) => probe.min((LEVEL_BOUND_PROBE * old).max(self.best_measured)),
+                None => probe,
+            }
         } else {
             w.completed as f64 / secs(w)
         };
@@ -507,10 +557,48 @@ impl CapacityLaw {
             Some(old) if !saturated => old.max(rate),
             _ => rate,
         });
+        if saturated && !self.capacity_measured {
+            self.sizing_headroom = thin_first_headroom(w);
+        }
+        if saturated {
+            self.best_measured = self.best_measured.max(self.capacity_per_sec.unwrap_or(0.0));
+        }
         self.capacity_measured |= saturated;
         self.capacity_per_sec.map(|c| c * quiet_probe(self.quiet_streak))
     }
 }
+
+/// The headroom (requests per second) over the rate a first saturated window measured, for
+/// sizing that window's level: two standard deviations of a Poisson count of its busy
+/// completions, over its busy time, when that time is under [`THIN_BUSY_NS`]; zero for a
+/// longer one. A step's first cut is judged on an early close (100-150 ms, the busy time
+/// counted in the 50 ms ticks of the queue's observer) in which the app still holds the
+/// backlog let in before it: the rate measured there read 239-240/s for an app of 378/s in
+/// 2 of 8 quiet runs (overload-bench step, 8x20 ms), and a level sized on it went into the
+/// top class (0.127, with 48 requests still inside the app): the top class lost 40 requests
+/// to the max wait behind that backlog (98.84%), and the app served 57% of its rate for the
+/// next whole second (the drain of the backlog in that window cut deeper still). The two
+/// errors do not cost alike: a level too deep is not re-judged
+/// for a whole window (while it binds, an early close needs a queue eight thresholds long,
+/// and the early re-open compares against the same low figure), one too shallow overfeeds
+/// the level's own class, whose waiters the max wait refuses within 30 ms (never as
+/// timeouts), until the next window measures the rate over a longer busy time. The top
+/// class is judged on the same figure (`keep_top_class`, and `bound_whole_classes` for the
+/// top class alone); the stored estimate keeps the measured rate, and the whole-class bound
+/// of the classes after the top one, and everything after this window, read that.
+fn thin_first_headroom(w: &WindowSummary) -> f64 {
+    if w.busy_ns == 0 || w.busy_ns >= THIN_BUSY_NS {
+        return 0.0;
+    }
+    FIRST_SAMPLE_NOISE_SD * (w.busy_completed as f64).sqrt() / (w.busy_ns as f64 / 1e9)
+}
+
+/// See [`thin_first_headroom`]: the detector's own bar for a rate measured while the queue
+/// was busy (a shorter slice is too noisy to lower the drain rate on).
+const THIN_BUSY_NS: u64 = 200_000_000;
+
+/// See [`thin_first_headroom`].
+const FIRST_SAMPLE_NOISE_SD: f64 = 2.0;
 
 /// The least a saturated window `window_share` of the nominal one long may lower the
 /// estimate `old` to: [`MAX_FALL_PER_WINDOW`] of it for a nominal window, in proportion for

@@ -985,3 +985,78 @@ fn a_short_windows_noise_does_not_cut_into_the_top_class() {
     let next = cut(&top_class(57));
     assert!(!next.admits(Priority { business: 0, user: 56 }), "{next}");
 }
+
+/// A step's first cut, as in the trace that lost the top class (overload-bench step, 8x20 ms,
+/// 20/30/50, an app of 378/s): an early close of 150 ms with 172 arrivals (class 0 34,
+/// class 1 52, class 2 86), in which the app's first saturated rate read 240/s (36
+/// completions) and 92 waited in the queue. The cut went to the end of the top class, whose
+/// waiters the max wait then dropped behind the backlog still inside the app. Sized with
+/// the thin sample's headroom, the top class is admitted whole and the level cuts in class
+/// 1; the stored estimate is the measured one.
+#[test]
+fn a_steps_first_cut_is_not_sized_into_the_top_class_on_a_thin_sample() {
+    let mut c = Controller::new(&config(Law::Capacity));
+    // The low phase: 0.5x, never saturated (a lower bound of 206/s).
+    let mut low = window(206, 206, 206, 0);
+    low.completed = 206;
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Relax, &low, &uniform(3, 1));
+    let h = first_cut_histogram();
+    let next = c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &first_cut_window(), &h);
+    assert_eq!(c.capacity_estimate(), Some(240.0));
+    assert!(next.admits(Priority { business: 1, user: 10 }), "cut to {next}");
+    // The same window on an estimate of 240/s measured before (no headroom): the end of
+    // the top class, as before.
+    let mut c = capacity_measured_at(240);
+    let next = c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Cut, &first_cut_window(), &h);
+    assert!(!next.admits(Priority { business: 1, user: 0 }), "cut to {next}");
+}
+
+/// See [`a_steps_first_cut_is_not_sized_into_the_top_class_on_a_thin_sample`]: class 0 34,
+/// class 1 52, class 2 86, spread over the user levels.
+fn first_cut_histogram() -> Vec<u32> {
+    let mut h = vec![0; COMPOUND_LEVELS];
+    for (business, count) in [(0u8, 34u16), (1, 52), (2, 86)] {
+        for u in 0..count {
+            let user = (u * 128 / count) as u8;
+            h[Priority { business, user }.compound() as usize] += 1;
+        }
+    }
+    h
+}
+
+/// See [`a_steps_first_cut_is_not_sized_into_the_top_class_on_a_thin_sample`].
+fn first_cut_window() -> WindowSummary {
+    let mut w = window(172, 172, 80, 60);
+    w.duration_ns = 150 * MS;
+    (w.completed, w.busy_ns, w.busy_completed, w.queue_depth) = (36, 150 * MS, 36, 92);
+    w
+}
+
+/// A level-bound probe (the level refused, the queue never held any) raises the estimate by
+/// half what completed, but no further than half over the estimate itself unless back
+/// towards the most a saturated window measured: an app of 400/s, its estimate at 279 after
+/// a slowdown, completes 303 in a window the level bound; the probe is 418, not 455.
+#[test]
+fn a_level_bound_probe_does_not_overshoot_the_app_it_measured() {
+    let mut c = capacity_measured_at(400);
+    let h = uniform(3, 10);
+    let current = AdmissionLevel::from_compound(128 + 40).unwrap();
+    let mut slow = window(3_840, 300, 279, 30);
+    (slow.completed, slow.busy_ns, slow.busy_completed) = (279, 1_000 * MS, 279);
+    c.next_level(current, Zone::Cut, &slow, &h);
+    assert_eq!(c.capacity_estimate(), Some(279.0));
+    let mut bound = window(3_840, 303, 303, 1);
+    bound.completed = 303;
+    c.next_level(current, Zone::Relax, &bound, &h);
+    let probed = c.capacity_estimate().unwrap();
+    assert!((418.0..=419.0).contains(&probed), "probed to {probed}");
+    // Back towards the best measured, the probe may go all the way (400 of 1.5 x 303 = 455
+    // from an estimate of 250: 1.5 x 250 = 375 is under the best, 400).
+    let mut c = capacity_measured_at(400);
+    let mut slower = slow;
+    (slower.completed, slower.busy_completed, slower.dispatched) = (250, 250, 250);
+    c.next_level(current, Zone::Cut, &slower, &h);
+    assert_eq!(c.capacity_estimate(), Some(250.0));
+    c.next_level(current, Zone::Relax, &bound, &h);
+    assert_eq!(c.capacity_estimate(), Some(400.0));
+}
