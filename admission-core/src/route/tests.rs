@@ -86,8 +86,12 @@ fn levels(
 ) -> (RouteLevels<ManualClock>, DownstreamLevels<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
     (
-        RouteLevels::new(DEFAULT_EXPIRY, max_a, max_r, clock.clone()),
-        DownstreamLevels::new(DEFAULT_EXPIRY, max_a, clock.clone()),
+        // Openings at once: the naive models below have no ramp (the ramp's own tests are
+        // the cache's, `downstream.rs`).
+        RouteLevels::new(DEFAULT_EXPIRY, max_a, max_r, clock.clone())
+            .with_opening_ramp(Duration::ZERO),
+        DownstreamLevels::new(DEFAULT_EXPIRY, max_a, clock.clone())
+            .with_opening_ramp(Duration::ZERO),
         clock,
     )
 }
