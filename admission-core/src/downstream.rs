@@ -18,16 +18,19 @@
 //!   caller for two seconds, while the callee itself may already admit them again. Past
 //!   that, the next such request goes out and brings news; the same level again (a cut that
 //!   holds) is kept for the whole expiry.
-//! - **An opening is let through gradually.** A level higher than the one it replaces opens
-//!   over `expiry / OPENING_RAMP_DIVISOR` (500 ms by default): the levels it newly admits
-//!   are let through in order, linearly over the business classes this caller has asked
-//!   about, so the callee sees its demand rise by steps it can judge and cut at, rather
-//!   than the whole backlog its callers held back at once. A callee whose arrivals are only
-//!   what its callers let through cannot see the demand beyond its level: admitted all at
-//!   once, it flooded the callee, whose next cut (sized on a full queue) dipped into its top
-//!   class (multihop-bench, the middle hop A at 6x: open -> 0.127 in 400 ms, 2-6 times a
-//!   run). An unconfirmed dip (see below) is undone at once, to the level before it; only
-//!   the opening beyond that ramps. A cut applies at once, as ever.
+//! - **An opening to fully open is let through gradually.** A callee's jump from a cut to
+//!   fully open (its "nothing to refuse") is let through over `expiry /
+//!   OPENING_RAMP_DIVISOR` (500 ms by default): the levels it newly admits are let through
+//!   in order, linearly over the business classes this caller has asked about, so the
+//!   callee sees its demand rise by steps it can judge and cut at, rather than the whole
+//!   backlog its callers held back at once. A callee whose arrivals are only what its
+//!   callers let through cannot see the demand beyond its level: admitted all at once, it
+//!   flooded the callee, whose next cut (sized on a full queue) dipped into its top class
+//!   (multihop-bench, the middle hop A at 6x: open -> 0.127 in 400 ms, 2-6 times a run). A
+//!   partial opening is the callee's own step and is taken at once (ramped too, a callee
+//!   that opens by fine steps every window was held ever further behind them); an
+//!   unconfirmed dip (see below) is undone at once, to the level before it. A cut applies
+//!   at once, as ever.
 //! - **Allocation-free hot path.** [`DownstreamLevels::should_refuse`] is a read lock, a
 //!   hash lookup by `&str` and one atomic load (and a relaxed load to track the top class).
 //!   Only the first response from a new authority allocates (its slot).
@@ -48,7 +51,7 @@ pub const DEFAULT_MAX_AUTHORITIES: usize = 64;
 /// A level cutting into the top class seen is kept for `expiry / TOP_CLASS_EXPIRY_DIVISOR`.
 pub const TOP_CLASS_EXPIRY_DIVISOR: u64 = 8;
 
-/// An opening is let through over `expiry / OPENING_RAMP_DIVISOR` (see the module's
+/// An opening to fully open is let through over `expiry / OPENING_RAMP_DIVISOR` (see the module's
 /// documentation): 500 ms at the default expiry, long enough for a callee whose windows
 /// close after 100 ms at the earliest to see several steps of it and answer a cut, short
 /// enough that a recovered callee is open again well within a second.
@@ -338,10 +341,19 @@ impl<C: Clock> DownstreamLevels<C> {
                     }
                     _ => reached,
                 };
-                // An opening (or a cut to above where an opening had reached) ramps on
-                // from there; a cut below it applies at once.
-                let ramp =
-                    if self.ramp_micros > 0 && from < level { ramp_word(now, from) } else { 0 };
+                // Only an opening to fully open ramps: the callee's "nothing to refuse",
+                // which behind its callers' caches it says without seeing the demand they
+                // hold back. A partial opening is the callee's own step, taken at once
+                // (ramped, a callee that opens by fine steps every window was held ever
+                // further behind them). A new level while a ramp is under way goes on
+                // from where it reached; a cut below that applies at once.
+                let full = level == AdmissionLevel::FULLY_OPEN && level > previous;
+                let ramping = reached < previous;
+                let ramp = if self.ramp_micros > 0 && from < level && (full || ramping) {
+                    ramp_word(now, from)
+                } else {
+                    0
+                };
                 slot.ramp.store(ramp, Relaxed);
             }
         }
@@ -506,26 +518,26 @@ mod tests {
         // A cut applies at once, and so does a cut in the middle of an opening.
         c.observe("a", [&b"1.0"[..]]);
         assert_eq!(c.level("a"), Some(lv("1.0")));
-        c.observe("a", [&b"2.127"[..]]);
+        c.observe("a", [&b"255.127"[..]]);
         clock.advance(ramp / 4);
         assert_eq!(c.level("a"), Some(lv("1.63")), "a quarter of 255 levels");
         c.observe("a", [&b"1.20"[..]]);
         assert_eq!(c.level("a"), Some(lv("1.20")), "a cut below where the opening reached");
-        c.observe("a", [&b"2.127"[..]]);
+        c.observe("a", [&b"255.127"[..]]);
         clock.advance(ramp / 4);
         c.observe("a", [&b"2.0"[..]]);
-        assert_eq!(
-            c.level("a"),
-            Some(lv("1.78")),
-            "a quarter of 235 levels, then a cut above: it goes on"
-        );
-        clock.advance(ramp);
+        assert_eq!(c.level("a"), Some(lv("1.78")), "a quarter of 235 levels, then a cut above");
+        clock.advance(ramp / 2);
+        assert_eq!(c.level("a"), Some(lv("1.103")), "... goes on from there: half of 50");
+        clock.advance(ramp / 2);
         assert_eq!(c.level("a"), Some(lv("2.0")));
+        // A partial opening is the callee's own step: at once.
+        c.observe("a", [&b"2.50"[..]]);
+        assert_eq!(c.level("a"), Some(lv("2.50")));
         // An opening over classes nobody sends is no load: at once.
-        c.observe("a", [&b"2.127"[..]]);
-        clock.advance(ramp);
         c.observe("a", [&b"9.0"[..]]);
-        assert_eq!(c.level("a"), Some(lv("9.0")));
+        c.observe("a", [&b"255.127"[..]]);
+        assert_eq!(c.level("a"), Some(AdmissionLevel::FULLY_OPEN));
     }
 
     #[test]
@@ -537,15 +549,15 @@ mod tests {
         c.observe("a", [&b"1.100"[..]]);
         c.observe("a", [&b"0.10"[..]]);
         assert_eq!(c.level("a"), Some(lv("0.10")), "a dip into the top class: at once");
-        c.observe("a", [&b"2.0"[..]]);
+        c.observe("a", [&b"255.127"[..]]);
         assert_eq!(c.level("a"), Some(lv("1.100")), "back where it was before the dip");
         clock.advance(DEFAULT_EXPIRY / OPENING_RAMP_DIVISOR);
-        assert_eq!(c.level("a"), Some(lv("2.0")));
+        assert_eq!(c.level("a"), Some(AdmissionLevel::FULLY_OPEN));
         // A dip the callee confirms (the same level again) is a cut: an opening from it
         // ramps.
         c.observe("a", [&b"0.10"[..]]);
         c.observe("a", [&b"0.10"[..]]);
-        c.observe("a", [&b"2.0"[..]]);
+        c.observe("a", [&b"255.127"[..]]);
         assert_eq!(c.level("a"), Some(lv("0.10")));
         let (news, _stale) = c.level_news("a").unwrap();
         assert_eq!(news, lv("0.10"), "the route door sees the ramp too");
