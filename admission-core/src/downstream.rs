@@ -18,19 +18,6 @@
 //!   caller for two seconds, while the callee itself may already admit them again. Past
 //!   that, the next such request goes out and brings news; the same level again (a cut that
 //!   holds) is kept for the whole expiry.
-//! - **An opening to fully open is let through gradually.** A callee's jump from a cut to
-//!   fully open (its "nothing to refuse") is let through over `expiry /
-//!   OPENING_RAMP_DIVISOR` (500 ms by default): the levels it newly admits are let through
-//!   in order, linearly over the business classes this caller has asked about, so the
-//!   callee sees its demand rise by steps it can judge and cut at, rather than the whole
-//!   backlog its callers held back at once. A callee whose arrivals are only what its
-//!   callers let through cannot see the demand beyond its level: admitted all at once, it
-//!   flooded the callee, whose next cut (sized on a full queue) dipped into its top class
-//!   (multihop-bench, the middle hop A at 6x: open -> 0.127 in 400 ms, 2-6 times a run). A
-//!   partial opening is the callee's own step and is taken at once (ramped too, a callee
-//!   that opens by fine steps every window was held ever further behind them); an
-//!   unconfirmed dip (see below) is undone at once, to the level before it. A cut applies
-//!   at once, as ever.
 //! - **Allocation-free hot path.** [`DownstreamLevels::should_refuse`] is a read lock, a
 //!   hash lookup by `&str` and one atomic load (and a relaxed load to track the top class).
 //!   Only the first response from a new authority allocates (its slot).
@@ -41,7 +28,7 @@ use std::sync::RwLock;
 use std::time::Duration;
 
 use crate::clock::{Clock, Nanos};
-use crate::priority::{AdmissionLevel, HeaderValueError, Priority, USER_LEVELS};
+use crate::priority::{AdmissionLevel, HeaderValueError, Priority};
 
 /// Default expiry of a cached level without news.
 pub const DEFAULT_EXPIRY: Duration = Duration::from_secs(2);
@@ -50,12 +37,6 @@ pub const DEFAULT_MAX_AUTHORITIES: usize = 64;
 
 /// A level cutting into the top class seen is kept for `expiry / TOP_CLASS_EXPIRY_DIVISOR`.
 pub const TOP_CLASS_EXPIRY_DIVISOR: u64 = 8;
-
-/// An opening to fully open is let through over `expiry / OPENING_RAMP_DIVISOR` (see the module's
-/// documentation): 500 ms at the default expiry, long enough for a callee whose windows
-/// close after 100 ms at the earliest to see several steps of it and answer a cut, short
-/// enough that a recovered callee is open again well within a second.
-pub const OPENING_RAMP_DIVISOR: u32 = 4;
 
 /// What one response's level header did to the cache.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,11 +70,6 @@ pub struct DownstreamLevels<C: Clock> {
     max_authorities: usize,
     /// The most important business class asked about so far (255 before any).
     top_class: AtomicU8,
-    /// The business classes asked about so far (bit `b` of word `b / 64`): an opening
-    /// ramps over these only (a class nobody sends costs the callee nothing to admit).
-    asked: [AtomicU64; 4],
-    /// How long an opening takes to be let through whole (0: at once).
-    ramp_micros: u64,
     slots: RwLock<HashMap<Box<str>, Slot>>,
     cached: AtomicU64,
     uncached: AtomicU64,
@@ -105,17 +81,9 @@ pub struct DownstreamLevels<C: Clock> {
 /// One authority's level: `(expires_at_micros << 16) | (compound + 1)`, 0 = nothing known.
 /// One word, so a reader never sees a level with another level's expiry. Microseconds in
 /// 48 bits last 8.9 years of uptime; the compound level needs 15 bits.
-///
-/// `ramp`, the opening under way: `(started_at_micros << 16) | (from compound + 1)`, 0 =
-/// none; `settled`: the last level stored that was no dip (`compound + 1`, 0 = none), what
-/// an unconfirmed dip returns to at once. Separate words: a reader that sees a new level
-/// with an older ramp takes the lower of the two (the ramp never admits past the level), so
-/// the race can only refuse a little more for one read, never admit what the level refuses.
 #[derive(Debug, Default)]
 struct Slot {
     state: AtomicU64,
-    ramp: AtomicU64,
-    settled: AtomicU64,
 }
 
 const LEVEL_BITS: u32 = 16;
@@ -132,8 +100,6 @@ impl<C: Clock> DownstreamLevels<C> {
             expiry_micros: (expiry.as_micros() as u64).max(1),
             max_authorities,
             top_class: AtomicU8::new(u8::MAX),
-            asked: Default::default(),
-            ramp_micros: (expiry.as_micros() as u64).max(1) / OPENING_RAMP_DIVISOR as u64,
             slots: RwLock::new(HashMap::with_capacity(max_authorities.min(1024))),
             cached: AtomicU64::new(0),
             uncached: AtomicU64::new(0),
@@ -143,36 +109,8 @@ impl<C: Clock> DownstreamLevels<C> {
         }
     }
 
-    /// The same cache with openings let through over `ramp` (zero: at once; the default is
-    /// `expiry / OPENING_RAMP_DIVISOR`).
-    pub fn with_opening_ramp(mut self, ramp: Duration) -> Self {
-        self.ramp_micros = ramp.as_micros() as u64;
-        self
-    }
-
     pub fn expiry(&self) -> Duration {
         Duration::from_micros(self.expiry_micros)
-    }
-
-    /// How long an opening takes to be let through whole.
-    pub fn opening_ramp(&self) -> Duration {
-        Duration::from_micros(self.ramp_micros)
-    }
-
-    /// Notes that requests of business class `business` are sent (or refused before they
-    /// are: the inbound role's route door asks through [`Self::level_news`], which cannot
-    /// see the priority): an opening ramps over the classes noted. A relaxed load, and one
-    /// atomic or the first time a class is seen.
-    #[inline]
-    pub fn note_class(&self, business: u8) {
-        let (word, bit) = (&self.asked[business as usize / 64], 1u64 << (business % 64));
-        if word.load(Relaxed) & bit == 0 {
-            word.fetch_or(bit, Relaxed);
-        }
-    }
-
-    fn asked(&self) -> [u64; 4] {
-        std::array::from_fn(|i| self.asked[i].load(Relaxed))
     }
 
     pub fn max_authorities(&self) -> usize {
@@ -212,32 +150,28 @@ impl<C: Clock> DownstreamLevels<C> {
         if priority.business < self.top_class.load(Relaxed) {
             self.top_class.fetch_min(priority.business, Relaxed);
         }
-        self.note_class(priority.business);
         self.level(authority).is_some_and(|level| !level.admits(priority))
     }
 
-    /// The fresh cached level of `authority`, if any (while an opening ramps, the level it
-    /// has reached).
+    /// The fresh cached level of `authority`, if any.
     #[inline]
     pub fn level(&self, authority: &str) -> Option<AdmissionLevel> {
-        let (state, ramp) = {
+        let state = {
             let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
-            let slot = slots.get(authority)?;
-            (slot.state.load(Relaxed), slot.ramp.load(Relaxed))
+            slots.get(authority)?.state.load(Relaxed)
         };
-        self.effective(state, ramp, self.now_micros())
+        self.fresh(state)
     }
 
     /// The fresh cached level of `authority` and whether its news is older than
     /// `expiry / TOP_CLASS_EXPIRY_DIVISOR` (stale: a caller that refuses everything it would
     /// send on it hears nothing new, so it may let a probe through to bring news).
     pub fn level_news(&self, authority: &str) -> Option<(AdmissionLevel, bool)> {
-        let (state, ramp) = {
+        let state = {
             let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
-            let slot = slots.get(authority)?;
-            (slot.state.load(Relaxed), slot.ramp.load(Relaxed))
+            slots.get(authority)?.state.load(Relaxed)
         };
-        let level = self.effective(state, ramp, self.now_micros())?;
+        let level = self.fresh(state)?;
         let remaining = (state >> LEVEL_BITS).saturating_sub(self.now_micros());
         let fresh_for = self.expiry_micros - self.expiry_micros / TOP_CLASS_EXPIRY_DIVISOR;
         Some((level, remaining < fresh_for))
@@ -247,9 +181,8 @@ impl<C: Clock> DownstreamLevels<C> {
     /// never known). At most `max_authorities` calls.
     pub fn for_each(&self, mut f: impl FnMut(&str, Option<AdmissionLevel>)) {
         let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
-        let now = self.now_micros();
         for (authority, slot) in slots.iter() {
-            f(authority, self.effective(slot.state.load(Relaxed), slot.ramp.load(Relaxed), now));
+            f(authority, self.fresh(slot.state.load(Relaxed)));
         }
     }
 
@@ -272,9 +205,8 @@ impl<C: Clock> DownstreamLevels<C> {
         }
     }
 
-    /// The word to store for `level` at `now`, replacing `old` (a slot's state), and
-    /// whether `level` is a dip (kept for an eighth of the expiry only).
-    fn state_for(&self, level: AdmissionLevel, old: u64, now: u64) -> (u64, bool) {
+    /// The word to store for `level`, replacing `old` (a slot's state).
+    fn state_for(&self, level: AdmissionLevel, old: u64) -> u64 {
         let top = self.top_class.load(Relaxed);
         // A dip: lower than the fresh level it replaces, into the top class asked about
         // (255: nothing asked yet, or only unmarked traffic, the least important class).
@@ -286,15 +218,16 @@ impl<C: Clock> DownstreamLevels<C> {
         } else {
             self.expiry_micros
         };
-        let expires_at = now.saturating_add(expiry);
-        ((expires_at << LEVEL_BITS) | (level.compound() as u64 + 1), dip)
+        let expires_at = self.now_micros().saturating_add(expiry);
+        (expires_at << LEVEL_BITS) | (level.compound() as u64 + 1)
     }
 
     fn store(&self, authority: &str, level: AdmissionLevel) -> Observation {
+        let state = self.state_for(level, 0);
         {
             let slots = self.slots.read().unwrap_or_else(|p| p.into_inner());
             if let Some(slot) = slots.get(authority) {
-                self.update(slot, level);
+                slot.state.store(self.state_for(level, slot.state.load(Relaxed)), Relaxed);
                 return Observation::Cached(level);
             }
             if slots.len() >= self.max_authorities {
@@ -304,83 +237,14 @@ impl<C: Clock> DownstreamLevels<C> {
         let mut slots = self.slots.write().unwrap_or_else(|p| p.into_inner());
         // Re-checked under the write lock: another response may have taken the last slot.
         if let Some(slot) = slots.get(authority) {
-            self.update(slot, level);
+            slot.state.store(self.state_for(level, slot.state.load(Relaxed)), Relaxed);
             return Observation::Cached(level);
         }
         if slots.len() >= self.max_authorities {
             return Observation::Uncached(level);
         }
-        let slot = Slot::default();
-        self.update(&slot, level);
-        slots.insert(authority.into(), slot);
+        slots.insert(authority.into(), Slot { state: AtomicU64::new(state) });
         Observation::Cached(level)
-    }
-
-    /// Stores `level` in `slot`: its expiry (see [`Self::state_for`]), and, for an opening
-    /// from a fresh level, the ramp that lets it through (from the level reached so far, or
-    /// at once back to the settled level an unconfirmed dip cut below).
-    fn update(&self, slot: &Slot, level: AdmissionLevel) {
-        let now = self.now_micros();
-        let old = slot.state.load(Relaxed);
-        let (state, dip) = self.state_for(level, old, now);
-        let settled = match slot.settled.load(Relaxed) {
-            0 => None,
-            word => AdmissionLevel::from_compound((word - 1) as u16),
-        };
-        match self.fresh(old) {
-            // Nothing fresh was known (everything went out): nothing to ramp from.
-            None => slot.ramp.store(0, Relaxed),
-            // The same level: an opening under way goes on.
-            Some(previous) if previous == level => {}
-            Some(previous) => {
-                let reached = self.effective(old, slot.ramp.load(Relaxed), now).unwrap_or(previous);
-                // A dip the callee did not confirm is undone at once, up to where it was.
-                let from = match settled {
-                    Some(settled) if level > previous && previous < settled => {
-                        reached.max(settled.min(level))
-                    }
-                    _ => reached,
-                };
-                // Only an opening to fully open ramps: the callee's "nothing to refuse",
-                // which behind its callers' caches it says without seeing the demand they
-                // hold back. A partial opening is the callee's own step, taken at once
-                // (ramped, a callee that opens by fine steps every window was held ever
-                // further behind them). A new level while a ramp is under way goes on
-                // from where it reached; a cut below that applies at once.
-                let full = level == AdmissionLevel::FULLY_OPEN && level > previous;
-                let ramping = reached < previous;
-                let ramp = if self.ramp_micros > 0 && from < level && (full || ramping) {
-                    ramp_word(now, from)
-                } else {
-                    0
-                };
-                slot.ramp.store(ramp, Relaxed);
-            }
-        }
-        // A level that is no dip (its whole expiry) is what a later dip returns to.
-        if !dip {
-            slot.settled.store(level.compound() as u64 + 1, Relaxed);
-        }
-        slot.state.store(state, Relaxed);
-    }
-
-    /// The level a slot admits at `now`: its fresh level, or while an opening ramps the
-    /// level the ramp has reached (never past the fresh level).
-    fn effective(&self, state: u64, ramp: u64, now: u64) -> Option<AdmissionLevel> {
-        let level = self.fresh(state)?;
-        if ramp == 0 || self.ramp_micros == 0 {
-            return Some(level);
-        }
-        let started = ramp >> LEVEL_BITS;
-        let elapsed = now.saturating_sub(started);
-        if elapsed >= self.ramp_micros {
-            return Some(level);
-        }
-        let Some(from) = AdmissionLevel::from_compound(((ramp & LEVEL_MASK) - 1) as u16) else {
-            return Some(level);
-        };
-        let share = elapsed as f64 / self.ramp_micros as f64;
-        Some(ramp_level(from, level, &self.asked(), share).min(level))
     }
 
     fn fresh(&self, state: u64) -> Option<AdmissionLevel> {
@@ -395,66 +259,6 @@ impl<C: Clock> DownstreamLevels<C> {
         let now: Nanos = self.clock.now();
         now / 1_000
     }
-}
-
-fn ramp_word(now_micros: u64, from: AdmissionLevel) -> u64 {
-    (now_micros << LEVEL_BITS) | (from.compound() as u64 + 1)
-}
-
-/// The level an opening from `from` to `target` has reached once `share` (0..1) of its
-/// ramp has passed: of the levels above `from` up to `target` whose business class is in
-/// `asked` (bit `b` of word `b / 64`), the first `share` of them (rounded down), in order;
-/// classes nobody asked about are passed over (admitted with the next asked class, or at
-/// the end). `from` itself for a share of 0, `target` from a share of 1 or when no level in
-/// between was asked about; never below `from` or past `target`, and never lower for a
-/// larger share. Users are spread evenly within a class, so within one class the load let
-/// through grows linearly; across classes, by their share of the load.
-pub fn ramp_level(
-    from: AdmissionLevel,
-    target: AdmissionLevel,
-    asked: &[u64; 4],
-    share: f64,
-) -> AdmissionLevel {
-    if target <= from || share >= 1.0 {
-        return target;
-    }
-    let (lo, hi) = (from.compound() as u32, target.compound() as u32);
-    let users = USER_LEVELS as u32;
-    let is_asked = |b: u32| asked[(b / 64) as usize] & (1u64 << (b % 64)) != 0;
-    // The asked levels in (lo, hi], class by class.
-    let span = |b: u32| {
-        let first = (b * users).max(lo + 1);
-        let last = (b * users + users - 1).min(hi);
-        (first, last)
-    };
-    let classes = (lo + 1) / users..=hi / users;
-    let total: u32 = classes
-        .clone()
-        .filter(|&b| is_asked(b))
-        .map(|b| {
-            let (first, last) = span(b);
-            last + 1 - first
-        })
-        .sum();
-    if total == 0 {
-        return target;
-    }
-    let mut admit = (share.max(0.0) * total as f64).floor() as u32;
-    let mut reached = lo;
-    for b in classes.filter(|&b| is_asked(b)) {
-        if admit == 0 {
-            break;
-        }
-        let (first, last) = span(b);
-        let here = last + 1 - first;
-        if admit <= here {
-            reached = first + admit - 1;
-            break;
-        }
-        admit -= here;
-        reached = last;
-    }
-    AdmissionLevel::from_compound(reached as u16).unwrap_or(target).min(target)
 }
 
 impl<C: Clock> std::fmt::Debug for DownstreamLevels<C> {
@@ -472,134 +276,11 @@ impl<C: Clock> std::fmt::Debug for DownstreamLevels<C> {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
-    use crate::priority::COMPOUND_LEVELS;
     use proptest::prelude::*;
 
-    /// A cache whose openings apply at once (the ramp has its own tests below).
     fn cache(max: usize) -> (DownstreamLevels<ManualClock>, ManualClock) {
         let clock = ManualClock::new();
-        let c = DownstreamLevels::new(DEFAULT_EXPIRY, max, clock.clone())
-            .with_opening_ramp(Duration::ZERO);
-        (c, clock)
-    }
-
-    fn ramped() -> (DownstreamLevels<ManualClock>, ManualClock) {
-        let clock = ManualClock::new();
-        (DownstreamLevels::new(DEFAULT_EXPIRY, 4, clock.clone()), clock)
-    }
-
-    fn lv(s: &str) -> AdmissionLevel {
-        AdmissionLevel::parse(s.as_bytes()).unwrap()
-    }
-
-    #[test]
-    fn an_opening_is_let_through_over_the_classes_asked_about() {
-        let (c, clock) = ramped();
-        let ramp = DEFAULT_EXPIRY / OPENING_RAMP_DIVISOR;
-        assert_eq!(c.opening_ramp(), ramp);
-        for b in [0, 1, 2] {
-            assert!(!c.should_refuse("a", p(b, 0)));
-        }
-        c.observe("a", [&b"1.57"[..]]);
-        assert_eq!(c.level("a"), Some(lv("1.57")), "a cut from nothing known: at once");
-        c.observe("a", [&b"255.127"[..]]);
-        assert_eq!(c.level("a"), Some(lv("1.57")), "the opening starts where the cut was");
-        assert!(c.should_refuse("a", p(1, 58)));
-        // Asked above 1.57: class 1's users 58-127 (70 levels) and class 2 (128): 198.
-        clock.advance(ramp / 2);
-        assert_eq!(c.level("a"), Some(lv("2.28")), "half of 198 levels: 70 + 29");
-        assert!(!c.should_refuse("a", p(2, 28)));
-        assert!(c.should_refuse("a", p(2, 29)));
-        // News of the same level does not start it again.
-        c.observe("a", [&b"255.127"[..]]);
-        assert_eq!(c.level("a"), Some(lv("2.28")));
-        clock.advance(ramp / 2);
-        assert_eq!(c.level("a"), Some(AdmissionLevel::FULLY_OPEN), "whole after the ramp");
-        // A cut applies at once, and so does a cut in the middle of an opening.
-        c.observe("a", [&b"1.0"[..]]);
-        assert_eq!(c.level("a"), Some(lv("1.0")));
-        c.observe("a", [&b"255.127"[..]]);
-        clock.advance(ramp / 4);
-        assert_eq!(c.level("a"), Some(lv("1.63")), "a quarter of 255 levels");
-        c.observe("a", [&b"1.20"[..]]);
-        assert_eq!(c.level("a"), Some(lv("1.20")), "a cut below where the opening reached");
-        c.observe("a", [&b"255.127"[..]]);
-        clock.advance(ramp / 4);
-        c.observe("a", [&b"2.0"[..]]);
-        assert_eq!(c.level("a"), Some(lv("1.78")), "a quarter of 235 levels, then a cut above");
-        clock.advance(ramp / 2);
-        assert_eq!(c.level("a"), Some(lv("1.103")), "... goes on from there: half of 50");
-        clock.advance(ramp / 2);
-        assert_eq!(c.level("a"), Some(lv("2.0")));
-        // A partial opening is the callee's own step: at once.
-        c.observe("a", [&b"2.50"[..]]);
-        assert_eq!(c.level("a"), Some(lv("2.50")));
-        // An opening over classes nobody sends is no load: at once.
-        c.observe("a", [&b"9.0"[..]]);
-        c.observe("a", [&b"255.127"[..]]);
-        assert_eq!(c.level("a"), Some(AdmissionLevel::FULLY_OPEN));
-    }
-
-    #[test]
-    fn an_unconfirmed_dip_is_undone_at_once_and_only_the_rest_ramps() {
-        let (c, clock) = ramped();
-        for b in [0, 1, 2] {
-            c.should_refuse("a", p(b, 0));
-        }
-        c.observe("a", [&b"1.100"[..]]);
-        c.observe("a", [&b"0.10"[..]]);
-        assert_eq!(c.level("a"), Some(lv("0.10")), "a dip into the top class: at once");
-        c.observe("a", [&b"255.127"[..]]);
-        assert_eq!(c.level("a"), Some(lv("1.100")), "back where it was before the dip");
-        clock.advance(DEFAULT_EXPIRY / OPENING_RAMP_DIVISOR);
-        assert_eq!(c.level("a"), Some(AdmissionLevel::FULLY_OPEN));
-        // A dip the callee confirms (the same level again) is a cut: an opening from it
-        // ramps.
-        c.observe("a", [&b"0.10"[..]]);
-        c.observe("a", [&b"0.10"[..]]);
-        c.observe("a", [&b"255.127"[..]]);
-        assert_eq!(c.level("a"), Some(lv("0.10")));
-        let (news, _stale) = c.level_news("a").unwrap();
-        assert_eq!(news, lv("0.10"), "the route door sees the ramp too");
-    }
-
-    proptest! {
-        /// The ramp's level lies between where the opening started and the level it
-        /// opens to, grows with time, admits no more of the asked levels than its share of
-        /// them, and is the target once the ramp is over.
-        #[test]
-        fn the_ramp_is_monotone_and_bounded(
-            from in 0u16..(COMPOUND_LEVELS as u16),
-            target in 0u16..(COMPOUND_LEVELS as u16),
-            asked in prop::array::uniform4(any::<u64>()),
-            mut shares in prop::collection::vec(0.0f64..1.2, 1..8),
-        ) {
-            let from = AdmissionLevel::from_compound(from).unwrap();
-            let target = AdmissionLevel::from_compound(target).unwrap();
-            shares.sort_by(f64::total_cmp);
-            let asked_between = |upto: AdmissionLevel| {
-                (from.compound() as u32 + 1..=upto.compound() as u32)
-                    .filter(|&c| asked[(c / 128 / 64) as usize] & (1 << (c / 128 % 64)) != 0)
-                    .count()
-            };
-            let total = asked_between(target);
-            let mut last = None;
-            for share in shares {
-                let l = ramp_level(from, target, &asked, share);
-                prop_assert!(l <= target.max(from));
-                if target <= from || share >= 1.0 || total == 0 {
-                    prop_assert_eq!(l, target);
-                    continue;
-                }
-                prop_assert!(l >= from);
-                prop_assert!(asked_between(l) as f64 <= share * total as f64 + 1e-9);
-                prop_assert!(asked_between(l) as f64 > share * total as f64 - 1.0);
-                if let Some(last) = last {
-                    prop_assert!(l >= last);
-                }
-                last = Some(l);
-            }
-        }
+        (DownstreamLevels::new(DEFAULT_EXPIRY, max, clock.clone()), clock)
     }
 
     fn p(business: u8, user: u8) -> Priority {

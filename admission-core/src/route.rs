@@ -390,8 +390,6 @@ pub struct RouteLevels<C: Clock + Clone> {
     expiry: Duration,
     max_authorities: usize,
     max_routes: usize,
-    /// How long an opening takes to be let through whole (see [`DownstreamLevels`]).
-    opening_ramp: Duration,
     by_authority: RwLock<HashMap<Box<str>, DownstreamLevels<C>>>,
     absent: AtomicU64,
     route_mismatch: AtomicU64,
@@ -408,19 +406,11 @@ impl<C: Clock + Clone> RouteLevels<C> {
             expiry,
             max_authorities,
             max_routes,
-            opening_ramp: expiry / crate::downstream::OPENING_RAMP_DIVISOR,
             by_authority: RwLock::new(HashMap::new()),
             absent: AtomicU64::new(0),
             route_mismatch: AtomicU64::new(0),
             authority_overflow: AtomicU64::new(0),
         }
-    }
-
-    /// The same caches with openings let through over `ramp` (zero: at once; the default is
-    /// the expiry over [`crate::downstream::OPENING_RAMP_DIVISOR`]).
-    pub fn with_opening_ramp(mut self, ramp: Duration) -> Self {
-        self.opening_ramp = ramp;
-        self
     }
 
     /// Records the route headers of one response from `authority` to a call of `route`:
@@ -470,8 +460,7 @@ impl<C: Clock + Clone> RouteLevels<C> {
             if map.len() >= self.max_authorities {
                 return RouteObservation::AuthorityOverflow;
             }
-            let cache = DownstreamLevels::new(self.expiry, self.max_routes, self.clock.clone())
-                .with_opening_ramp(self.opening_ramp);
+            let cache = DownstreamLevels::new(self.expiry, self.max_routes, self.clock.clone());
             map.insert(authority.into(), cache);
         }
         RouteObservation::Level(map[authority].observe(route, levels))
@@ -495,28 +484,6 @@ impl<C: Clock + Clone> RouteLevels<C> {
         let by_route = {
             let map = self.by_authority.read().unwrap_or_else(|p| p.into_inner());
             map.get(authority).and_then(|c| c.level_news(route))
-        };
-        by_route.or_else(|| fallback.level_news(authority))
-    }
-
-    /// As [`RouteLevels::level_news`], for a request of business class `business` (the
-    /// inbound role's route door): the class is noted as sent to `authority`, so an
-    /// opening ramps over it too ([`DownstreamLevels::note_class`]) although the door, not
-    /// the egress, refuses it while the level is cut.
-    pub fn level_news_for(
-        &self,
-        authority: &str,
-        route: &str,
-        business: u8,
-        fallback: &DownstreamLevels<C>,
-    ) -> Option<(AdmissionLevel, bool)> {
-        fallback.note_class(business);
-        let by_route = {
-            let map = self.by_authority.read().unwrap_or_else(|p| p.into_inner());
-            map.get(authority).and_then(|c| {
-                c.note_class(business);
-                c.level_news(route)
-            })
         };
         by_route.or_else(|| fallback.level_news(authority))
     }

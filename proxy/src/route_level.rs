@@ -90,7 +90,7 @@ impl RouteState {
             return RouteDoor::Pass;
         }
         self.deps.door(route, priority, self.probe_every, |a, r| {
-            self.route_levels.level_news_for(a, r, priority.business, &self.authority_levels)
+            self.route_levels.level_news(a, r, &self.authority_levels)
         })
     }
 

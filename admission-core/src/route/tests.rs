@@ -86,12 +86,8 @@ fn levels(
 ) -> (RouteLevels<ManualClock>, DownstreamLevels<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
     (
-        // Openings at once: the naive models below have no ramp (the ramp's own tests are
-        // the cache's, `downstream.rs`).
-        RouteLevels::new(DEFAULT_EXPIRY, max_a, max_r, clock.clone())
-            .with_opening_ramp(Duration::ZERO),
-        DownstreamLevels::new(DEFAULT_EXPIRY, max_a, clock.clone())
-            .with_opening_ramp(Duration::ZERO),
+        RouteLevels::new(DEFAULT_EXPIRY, max_a, max_r, clock.clone()),
+        DownstreamLevels::new(DEFAULT_EXPIRY, max_a, clock.clone()),
         clock,
     )
 }
