@@ -985,3 +985,78 @@ fn a_short_windows_noise_does_not_cut_into_the_top_class() {
     let next = cut(&top_class(57));
     assert!(!next.admits(Priority { business: 0, user: 56 }), "{next}");
 }
+
+/// A middle hop behind callers that filter by its level, sparing a route: the spared
+/// route arrives at every level, also above the cut, and is admitted there. Counted where
+/// it arrived, the window read as uncensored, its arrivals above the level as refused
+/// demand, and the law opened fully in one window, letting in all its callers held back.
+/// Moved to the front (admitted whatever the level), the window is censored and the level
+/// stays near where the callers' load fits.
+#[test]
+fn arrivals_admitted_past_the_level_do_not_open_it() {
+    let lv = |b: u8, u: u8| AdmissionLevel::new(Priority { business: b, user: u });
+    let at = lv(1, 57);
+    // The filtered route: only under the level (its callers refuse the rest): 244 a second.
+    let mut h = vec![0u32; COMPOUND_LEVELS];
+    for u in 0..128 {
+        h[lv(0, u).compound() as usize] += 1;
+    }
+    for u in 0..58 {
+        h[lv(1, u).compound() as usize] += 2;
+    }
+    let filtered: u64 = h.iter().map(|&n| n as u64).sum();
+    // The spared route, 150 a second over classes 0-2: 90 above the level.
+    for (b, users) in [(0u8, 15u8), (1, 45), (2, 90)] {
+        for u in 0..users {
+            h[lv(b, u).compound() as usize] += 1;
+        }
+    }
+    let arrivals: u64 = h.iter().map(|&n| n as u64).sum();
+    let under = admitted_at(&h, at);
+    assert_eq!((filtered, arrivals, arrivals - under), (244, 394, 90));
+    let run = |dispatched: u64| {
+        let mut c = Controller::new(&config(Law::Capacity));
+        // The app measured at 250 a second, saturated.
+        let mut cut = window(768, 250, 250, 50);
+        (cut.busy_ns, cut.busy_completed, cut.queue_depth) = (cut.duration_ns, 250, 30);
+        let mut level = AdmissionLevel::FULLY_OPEN;
+        for _ in 0..3 {
+            level = c.next_level(level, Zone::Cut, &cut, &uniform(3, 2));
+        }
+        assert!(level < at);
+        let mut quiet = window(arrivals, under, dispatched, 2);
+        quiet.completed = 240;
+        c.next_level(at, Zone::Relax, &quiet, &h)
+    };
+    // Everything above the level went to the app anyway (spared): it stays cut.
+    let spared = run(arrivals);
+    assert!(spared < lv(2, 0), "spared arrivals opened the level to {spared:?}");
+    // The same arrivals above the level refused (nothing went to the app past it): as
+    // before, fully open (the app had room for everything that came).
+    assert_eq!(run(under), AdmissionLevel::FULLY_OPEN);
+}
+
+#[test]
+fn arrivals_admitted_past_the_level_move_to_the_front_in_proportion() {
+    let level = AdmissionLevel::from_compound(10).unwrap();
+    let mut h = vec![0u32; COMPOUND_LEVELS];
+    h[5] = 7;
+    h[20] = 30;
+    h[300] = 10;
+    assert_eq!(move_admitted_past_level(&mut h.clone(), level, 0), 0);
+    let mut half = h.clone();
+    assert_eq!(move_admitted_past_level(&mut half, level, 20), 20);
+    assert_eq!((half[0], half[5], half[20], half[300]), (20, 7, 15, 5));
+    let mut all = h.clone();
+    assert_eq!(move_admitted_past_level(&mut all, level, 99), 40);
+    assert_eq!((all[0], all[20], all[300]), (40, 0, 0));
+    let sum = |h: &[u32]| h.iter().map(|&n| n as u64).sum::<u64>();
+    assert_eq!(sum(&all), sum(&h));
+    // Only a window without a queue says what went past the level.
+    let mut w = window(100, 60, 90, 0);
+    assert_eq!(admitted_past_level(&w), 30);
+    w.dropped = 5;
+    assert_eq!(admitted_past_level(&w), 25);
+    w.queue_depth = 1;
+    assert_eq!(admitted_past_level(&w), 0);
+}
