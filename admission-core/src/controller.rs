@@ -4,7 +4,7 @@
 //! histogram) and return the next level, so they are tested and simulated without
 //! threads or time.
 
-use crate::config::{EngineConfig, Law, Mode};
+use crate::config::{EngineConfig, Law};
 use crate::priority::{AdmissionLevel, COMPOUND_LEVELS};
 
 mod capacity;
@@ -66,12 +66,6 @@ pub struct Controller {
     /// Silence so far (consecutive windows with no arrivals and nobody waiting), and the
     /// level it began at.
     silence: Option<(AdmissionLevel, u64)>,
-    /// Shadow mode: the level refuses nothing, so what went to the app says nothing of
-    /// arrivals admitted past it (see [`admitted_past_level`]).
-    shadow: bool,
-    /// The histogram handed to the law when arrivals admitted past the level are moved
-    /// (allocated once).
-    moved: Vec<u32>,
 }
 
 impl Controller {
@@ -81,13 +75,7 @@ impl Controller {
             Law::Dagor => Laws::Dagor(DagorLaw::new(config)),
             Law::Goodput => Laws::Goodput(GoodputLaw::new(config)),
         };
-        Controller {
-            law,
-            window_secs: config.window.as_secs_f64().max(1e-3),
-            silence: None,
-            shadow: config.mode == Mode::Shadow,
-            moved: Vec::new(),
-        }
+        Controller { law, window_secs: config.window.as_secs_f64().max(1e-3), silence: None }
     }
 
     /// The capacity estimate of the goodput and capacity laws, requests per second.
@@ -118,72 +106,8 @@ impl Controller {
             return current;
         }
         self.silence = None;
-        let past = if self.shadow { 0 } else { admitted_past_level(w) };
-        if past == 0 || current == AdmissionLevel::FULLY_OPEN {
-            return self.law.get_mut().next_level(current, zone, w, histogram);
-        }
-        let mut moved = std::mem::take(&mut self.moved);
-        moved.clear();
-        moved.extend_from_slice(histogram);
-        let n = move_admitted_past_level(&mut moved, current, past);
-        let w = WindowSummary { admitted: w.admitted + n, ..*w };
-        let next = self.law.get_mut().next_level(current, zone, &w, &moved);
-        self.moved = moved;
-        next
+        self.law.get_mut().next_level(current, zone, w, histogram)
     }
-}
-
-// === arrivals admitted past the level ===
-
-/// How many requests went to the app in a window without a queue beyond those the level
-/// admitted: arrivals above the level admitted anyway (a route the level spares, see
-/// `RouteHolds`; a caller's straggler sent before a cut). Only for a window whose queue
-/// never held anyone (the app took every request at once, so what left the queue is what
-/// arrived and was let in during the window); 0 otherwise.
-pub fn admitted_past_level(w: &WindowSummary) -> u64 {
-    if w.busy_ns > 0 || w.queue_depth > 0 || w.oldest_waiting_ns > 0 {
-        return 0;
-    }
-    w.dispatched.saturating_sub(w.dropped).saturating_sub(w.admitted)
-}
-
-/// Moves `past` arrivals above `level` (proportionally from each bucket, all of them if
-/// `past` covers them) to the most important bucket, and returns how many it moved.
-///
-/// Those requests were admitted whatever the level (a spared route waits ahead of the
-/// rest, as the most important), so for the law they are load the level cannot shed, not
-/// demand it refused. Left where they arrived, a middle hop behind callers that filter by
-/// its level read a window as uncensored (the spared route arrives above the cut), took
-/// them for refused demand with an empty queue (an estimate probed 1.5x), found room for
-/// everything and opened fully; its callers then let in all they had held back
-/// (multihop-bench at 6x: the middle hop's queue 0 -> 96 in 300 ms, its next cut 0.127).
-/// Moved, the window reads as censored (only what the callers let through arrives above
-/// nothing) and the law opens by the spare room (`open_beyond_arrivals`), with the spared
-/// load counted first against the app's rate.
-pub fn move_admitted_past_level(histogram: &mut [u32], level: AdmissionLevel, past: u64) -> u64 {
-    let start = level.compound() as usize + 1;
-    if start >= histogram.len() {
-        return 0;
-    }
-    let beyond: u64 = histogram[start..].iter().map(|&n| n as u64).sum();
-    if beyond == 0 || past == 0 {
-        return 0;
-    }
-    let mut moved = 0u64;
-    if past >= beyond {
-        for n in &mut histogram[start..] {
-            moved += *n as u64;
-            *n = 0;
-        }
-    } else {
-        for n in &mut histogram[start..] {
-            let take = (*n as u64 * past / beyond) as u32;
-            *n -= take;
-            moved += take as u64;
-        }
-    }
-    histogram[0] = histogram[0].saturating_add(moved as u32);
-    moved
 }
 
 // === impl Controller (silence) ===
