@@ -144,7 +144,10 @@ const TIGHTEN_AFTER: Nanos = 1_000_000_000;
 const PERSISTENT_MIN: Nanos = 100_000_000;
 
 /// A route's calm or risen verdict reads its answers of the last four intervals, and at
-/// least of this long (see `route_cost`).
+/// least of this long (see `route_cost`): long enough that a calm route at 100/s always has
+/// answers in it (at 150 ms a gap let one interval be judged whole, and cut, on a busy
+/// machine), short enough that answers from before an overload's onset do not vouch for
+/// long (its last four answers are read, so a busy route turns within a few of them).
 const ROUTE_EVIDENCE_MIN: Nanos = 500_000_000;
 
 /// The limit binds throughout an interval (or a trial) when at least this share of its
@@ -635,8 +638,11 @@ impl AdaptiveLimit {
             secs: w.secs,
             rate: f64::from(w.answers) / w.secs.max(1e-9),
             baseline,
-            // Nothing is known to have held before there is a baseline.
-            peak: if rose || !known { 0 } else { w.peak },
+            // Nothing is known to have held before there is a baseline. (Nor when a route
+            // rose alone: what the app held then is not known to have cost it nothing; a
+            // worker-pool app at an overload's onset, before its vouching route's answers
+            // show the queue, set its floor at 101 of 16 workers.)
+            peak: if rose || !known || w.alone.answers > 0 { 0 } else { w.peak },
         });
         if rose {
             // Latency lags concurrency by up to a service time (an interval is at least

@@ -25,9 +25,11 @@
 //! route whose answers in the interval rose above its baseline is left out of the
 //! judgement when another route *vouches* that the app has no queue: that route's latest
 //! [`RECENT`] answers (at least [`VERDICT_ANSWERS`] of them within the evidence span) are
-//! within the noise tolerance of its baseline, and it had its baseline before the rise
-//! began (a route first measured inside a queue would take the queue for its own time, and
-//! vouch for it). A queue in front of the app's workers would have slowed the vouching route
+//! within the noise tolerance of its baseline and exceed it by at most half what the risen
+//! route's did (a queue adds about the same wait to every route; a route of a long baseline
+//! has a tolerance that could hide it), and it had its baseline before the rise began (a
+//! route first measured inside a queue would take the queue for its own time, and vouch for
+//! it). A queue in front of the app's workers would have slowed the vouching route
 //! too. With no route to vouch (every route with fresh answers rose, or only one route has
 //! any) the interval is judged whole, as before. So an app of a single route cannot tell its
 //! downstream's queue from its own, and keeps the behaviour it had; a route too rare to have
@@ -103,10 +105,10 @@ impl Sums {
 }
 
 /// A route's state by its latest answers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 enum Verdict {
-    /// At its baseline (within the tolerance).
-    Calm,
+    /// At its baseline (within the tolerance): by how much its answers exceeded it.
+    Calm(f64),
     /// Above it.
     Risen,
 }
@@ -116,7 +118,8 @@ impl RouteCost {
         self.lows.front().map(|&(_, m)| m)
     }
 
-    /// Calm or risen by the latest answers since `from` (at least [`VERDICT_ANSWERS`]);
+    /// Calm (with the mean excess of its answers over their baselines, nanoseconds, 0 if
+    /// below) or risen, by the latest answers since `from` (at least [`VERDICT_ANSWERS`]);
     /// `None` without enough of them.
     fn verdict(&self, from: Nanos, tolerance: &impl Fn(f64) -> f64) -> Option<Verdict> {
         let fresh = self.recent[..self.recent_len].iter().filter(|&&(at, _, _)| at >= from);
@@ -126,8 +129,18 @@ impl RouteCost {
         if n < VERDICT_ANSWERS {
             return None;
         }
-        Some(if rose(own, expected, n as u128, tolerance) { Verdict::Risen } else { Verdict::Calm })
+        Some(if rose(own, expected, n as u128, tolerance) {
+            Verdict::Risen
+        } else {
+            Verdict::Calm(excess(own, expected, n as u128))
+        })
     }
+}
+
+/// The mean excess of `n` answers that took `own` in all over the `expected` they summed to
+/// (nanoseconds, 0 if they took less).
+fn excess(own: u128, expected: u128, n: u128) -> f64 {
+    own.saturating_sub(expected) as f64 / n.max(1) as f64
 }
 
 /// Whether `n` answers that took `own` in all rose above the `expected` they summed to by
@@ -233,20 +246,32 @@ impl RouteCosts {
         tolerance: impl Fn(f64) -> f64,
     ) -> RouteSplit {
         let from = now.saturating_sub(span);
-        // (At most `MAX_ROUTES` = 64 routes: one bit each.)
-        let vouching = self.routes.iter().enumerate().fold(0u64, |bits, (i, r)| {
-            let vouches = r.since.is_some_and(|s| s <= rise_began)
-                && r.verdict(from, &tolerance) == Some(Verdict::Calm);
-            bits | (u64::from(vouches) << i)
-        });
+        // The two calmest routes that may vouch: (index, excess).
+        let mut calmest = [(usize::MAX, f64::INFINITY); 2];
+        for (i, r) in self.routes.iter().enumerate() {
+            if r.since.is_none_or(|s| s > rise_began) {
+                continue;
+            }
+            if let Some(Verdict::Calm(e)) = r.verdict(from, &tolerance) {
+                if e < calmest[0].1 {
+                    calmest = [(i, e), calmest[0]];
+                } else if e < calmest[1].1 {
+                    calmest[1] = (i, e);
+                }
+            }
+        }
         let mut alone = Sums::default();
         for (i, r) in self.routes.iter().enumerate() {
             let Sums { answers, own, expected } = r.interval;
-            let others = vouching & !(1u64 << i);
-            if others != 0
-                && r.since.is_some()
-                && rose(own, expected, u128::from(answers), &tolerance)
-            {
+            let n = u128::from(answers);
+            if r.since.is_none() || !rose(own, expected, n, &tolerance) {
+                continue;
+            }
+            // A queue adds about the same wait to every route: the route vouching rose by at
+            // most half as much (a route of a long baseline, whose tolerance hides a queue
+            // the others show, does not vouch against it).
+            let vouch = if calmest[0].0 == i { calmest[1].1 } else { calmest[0].1 };
+            if vouch <= excess(own, expected, n) / 2.0 {
                 alone.add_all(r.interval);
             }
         }
