@@ -60,7 +60,10 @@
 //!
 //! "Own time" is what the caller passes: dispatch to response headers less the time the
 //! app spent waiting on its downstreams (the proxy measures that through its egress role),
-//! so a slow downstream is never taken for the app's own queue. Pure: no clock reads, no
+//! so a slow downstream is never taken for the app's own queue. Without the egress role the
+//! downstream's wait is in it; then a route that rose alone while the app's other routes
+//! stayed at their baselines is left out of the judgement of a rise (a queue at the app
+//! slows every route, a downstream only its callers: see `route_cost`). Pure: no clock reads, no
 //! I/O; the caller passes `now` and wraps it in a lock.
 
 use std::collections::VecDeque;
@@ -139,6 +142,13 @@ const TIGHTEN_AFTER: Nanos = 1_000_000_000;
 
 /// The shortest a suspicion must last before a cut (unless the app's own time doubled).
 const PERSISTENT_MIN: Nanos = 100_000_000;
+
+/// A route's calm or risen verdict reads its answers of the last four intervals, and at
+/// least of this long (see `route_cost`): long enough that a calm route at 100/s always has
+/// answers in it (at 150 ms a gap let one interval be judged whole, and cut, on a busy
+/// machine), short enough that answers from before an overload's onset do not vouch for
+/// long (its last four answers are read, so a busy route turns within a few of them).
+const ROUTE_EVIDENCE_MIN: Nanos = 500_000_000;
 
 /// The limit binds throughout an interval (or a trial) when at least this share of its
 /// answers left it full: a burst that filled it for a moment does not count.
@@ -231,6 +241,15 @@ struct IntervalView {
     /// the share of answers without one.
     expected: f64,
     unrouted: f64,
+    /// The answers of the routes that rose alone (a downstream's queue, not the app's: see
+    /// `route_cost`), left out of the judgement of a rise.
+    alone: Sums,
+    /// Answers of routes not yet measured: the interval says nothing of a rise.
+    neutral: u32,
+    /// The interval's own time and no-queue time summed over all its answers.
+    own_sum: u128,
+    expected_sum: u128,
+    unrouted_answers: u32,
     /// Requests waited in the sidecar, and the share of answers that left the limit full.
     bound: bool,
     full: f64,
@@ -281,6 +300,10 @@ pub struct AdaptiveLimit {
     downstream_bound: bool,
     /// Since when every judged interval has looked like the app's queue.
     suspicious_since: Option<Nanos>,
+    /// Since when every judged interval's answers, all routes together, took longer than
+    /// their baselines (a route measured only since can not vouch for the app: see
+    /// `route_cost`).
+    rise_began: Option<Nanos>,
     /// When the limit last changed: an interval that began before it had settled (one
     /// baseline time later) mixes two limits and decides nothing.
     changed_at: Nanos,
@@ -329,6 +352,7 @@ impl AdaptiveLimit {
             confirmed: false,
             downstream_bound: false,
             suspicious_since: None,
+            rise_began: None,
             changed_at: now,
             cuts: 0,
             costly: 0,
@@ -508,6 +532,11 @@ impl AdaptiveLimit {
             return;
         }
         let answers = f64::from(self.answers.max(1));
+        let (relative, least) = (self.cfg.tolerance, self.cfg.tolerance_min.as_nanos() as f64);
+        let span = (4 * length).max(ROUTE_EVIDENCE_MIN);
+        let rise_began = self.rise_began.unwrap_or(self.start);
+        let split =
+            self.routes.close_interval(now, span, rise_began, |b: f64| (b * relative).max(least));
         let view = IntervalView {
             start: self.start,
             secs: elapsed as f64 / 1e9,
@@ -515,6 +544,11 @@ impl AdaptiveLimit {
             mean: (self.own_sum as f64 / answers).max(1.0),
             expected: self.expected_sum as f64 / answers,
             unrouted: f64::from(self.unrouted) / answers,
+            alone: split.alone,
+            neutral: split.neutral,
+            own_sum: self.own_sum,
+            expected_sum: self.expected_sum,
+            unrouted_answers: self.unrouted,
             bound: std::mem::take(&mut self.bound),
             full: f64::from(self.full) / answers,
             peak: self.peak,
@@ -555,16 +589,42 @@ impl AdaptiveLimit {
         } else {
             mean
         };
+        // Answers of a route not yet measured: nothing is judged (the routes are measured
+        // before a rise is read, so that one can vouch for the app when another rises).
+        let unknown = w.neutral > 0;
+        if known && !unknown {
+            let whole_rose = mean > b + self.tolerance(b);
+            self.rise_began = if whole_rose { self.rise_began.or(Some(w.start)) } else { None };
+        }
+        self.block_answers += w.answers;
+        self.block_sum += (mean * f64::from(w.answers)) as u128;
+        // Whether the app queues is read on the routes that did not rise alone: a route
+        // whose downstream queues (unseen without the egress role) rises while the others
+        // stay at their baselines, and a queue in the app would have slowed them too (see
+        // `route_cost`). From here on the interval is those answers: their mean own time,
+        // their baseline, their rate. (With none of them in the interval, the calm answers
+        // just before it say the same: no queue.)
+        let (mean, b, rate) = if w.alone.answers == 0 || !known {
+            (mean, b, rate)
+        } else if let Some(rest) = w.answers.checked_sub(w.alone.answers).filter(|&n| n > 0) {
+            let n = f64::from(rest);
+            let overall = self.baseline() as f64;
+            let own = (w.own_sum.saturating_sub(w.alone.own)) as f64 / n;
+            let expected = (w.expected_sum.saturating_sub(w.alone.expected)) as f64 / n;
+            let unrouted = f64::from(w.unrouted_answers) / n;
+            (own.max(1.0), overall.max(expected + unrouted * overall), n / w.secs.max(1e-9))
+        } else {
+            (b, b, 0.0)
+        };
         // Little's law on the app's own time: what it held, and what of that it served.
         let held = rate * mean / 1e9;
         let serving = rate * b.min(mean) / 1e9;
-        let rose = mean > b + self.tolerance(b);
+        let rose = !unknown && mean > b + self.tolerance(b);
         // Hysteresis: latency that held (for the probe) is within half the relative
         // tolerance (and half the absolute one); a limit with its headroom sits between
         // the two and stays.
-        let clean = mean <= b + (self.tolerance(b) / 2.0).min(b * self.cfg.tolerance / 2.0);
-        self.block_answers += w.answers;
-        self.block_sum += (mean * f64::from(w.answers)) as u128;
+        let clean =
+            !unknown && mean <= b + (self.tolerance(b) / 2.0).min(b * self.cfg.tolerance / 2.0);
         let baseline = if self.block_answers >= BASELINE_SAMPLES {
             let block = self.block_sum as f64 / f64::from(self.block_answers);
             (self.block_answers, self.block_sum) = (0, 0);
@@ -576,10 +636,13 @@ impl AdaptiveLimit {
             end: now,
             answers: w.answers,
             secs: w.secs,
-            rate,
+            rate: f64::from(w.answers) / w.secs.max(1e-9),
             baseline,
-            // Nothing is known to have held before there is a baseline.
-            peak: if rose || !known { 0 } else { w.peak },
+            // Nothing is known to have held before there is a baseline. (Nor when a route
+            // rose alone: what the app held then is not known to have cost it nothing; a
+            // worker-pool app at an overload's onset, before its vouching route's answers
+            // show the queue, set its floor at 101 of 16 workers.)
+            peak: if rose || !known || w.alone.answers > 0 { 0 } else { w.peak },
         });
         if rose {
             // Latency lags concurrency by up to a service time (an interval is at least
@@ -599,13 +662,15 @@ impl AdaptiveLimit {
         };
         let served = serving * (1.0 + self.cfg.headroom);
         let suspicious = rose && held >= served + 1.0;
-        self.suspicious_since =
-            if suspicious { self.suspicious_since.or(Some(w.start)) } else { None };
+        if !unknown {
+            self.suspicious_since =
+                if suspicious { self.suspicious_since.or(Some(w.start)) } else { None };
+        }
         debug(|| {
-            format!("judge {} ms: mean {:.1} b {:.1} held {held:.1} serving {serving:.1} rate {rate:.0} rose {rose} clean {clean} bound {} full {:.2} limit {} floor {} trial {}", now / 1_000_000, mean / 1e6, b / 1e6, w.bound, w.full, self.limit, self.floor(), self.trial.is_some())
+            format!("judge {} ms: mean {:.1} b {:.1} alone {} neutral {} held {held:.1} serving {serving:.1} rate {rate:.0} rose {rose} clean {clean} bound {} full {:.2} limit {} floor {} trial {}", now / 1_000_000, mean / 1e6, b / 1e6, w.alone.answers, w.neutral, w.bound, w.full, self.limit, self.floor(), self.trial.is_some())
         });
         self.note_undo(now);
-        if self.trial.is_some() || w.start < self.changed_at.saturating_add(b as u64) {
+        if unknown || self.trial.is_some() || w.start < self.changed_at.saturating_add(b as u64) {
             return;
         }
         self.pre_trial_baseline = self.baseline();
@@ -1031,7 +1096,7 @@ fn patience(mean: f64) -> Nanos {
 
 mod route_cost;
 mod worker_bound;
-pub use route_cost::{route_key, RouteCosts, RouteKey};
+pub use route_cost::{route_key, RouteCosts, RouteKey, RouteSplit, Sums};
 pub use worker_bound::WorkerBound;
 
 #[cfg(test)]
