@@ -638,11 +638,12 @@ impl AdaptiveLimit {
             secs: w.secs,
             rate: f64::from(w.answers) / w.secs.max(1e-9),
             baseline,
-            // Nothing is known to have held before there is a baseline. (Nor when a route
+            // Nothing is known to have held before there is a baseline, nor in an interval
+            // not judged (a route not yet measured in it: its queue unread). (Nor when a route
             // rose alone: what the app held then is not known to have cost it nothing; a
             // worker-pool app at an overload's onset, before its vouching route's answers
             // show the queue, set its floor at 101 of 16 workers.)
-            peak: if rose || !known || w.alone.answers > 0 { 0 } else { w.peak },
+            peak: if rose || unknown || !known || w.alone.answers > 0 { 0 } else { w.peak },
         });
         if rose {
             // Latency lags concurrency by up to a service time (an interval is at least

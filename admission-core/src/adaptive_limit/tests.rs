@@ -59,6 +59,9 @@ struct Model {
     peak_app_queue: usize,
     min_limit: usize,
     limits: Vec<(u64, usize)>,
+    /// Each request on a path of its own (`/item/<id>`: ids in the path), each a route
+    /// the limit has not measured.
+    unique_paths: bool,
 }
 
 /// One request's times.
@@ -93,6 +96,7 @@ impl Model {
             peak_app_queue: 0,
             min_limit: usize::MAX,
             limits: Vec::new(),
+            unique_paths: false,
         }
     }
 
@@ -224,7 +228,8 @@ impl Model {
         r.answered = Some(now);
         let rtt = Duration::from_nanos(now - r.dispatched);
         let held = self.own + usize::from(r.downstream == 0);
-        l.on_response(now, rtt, Duration::from_nanos(r.downstream), held, None);
+        let route = self.unique_paths.then(|| route_key(&format!("/item/{id}")));
+        l.on_response(now, rtt, Duration::from_nanos(r.downstream), held, route);
         l.tick(now);
     }
 
@@ -421,6 +426,39 @@ fn a_step_to_overload_is_cut_quickly() {
     assert!(m.peak_app_queue <= 80, "the app queued {} at the step", m.peak_app_queue);
     let s = l.status();
     assert!((4..=6).contains(&s.limit), "{s:?} {:?}", m.limits);
+}
+
+/// Paths with ids in them (every request a route of its own, the routes table refilled as
+/// its entries age out) should not keep the limit from reading the app's queue: a step
+/// 0.5x -> 3x on an app of 4 workers x 100 ms should be cut within a second on unique paths
+/// as on one path. **A known gap:** an interval with any answer of a route not yet measured
+/// is not judged, so on unique paths the cut came after 4.1 s (0.5 s on one path), and on
+/// 2 workers x 200 ms never within 6 s. Judging such intervals on their other answers
+/// broke the downstream-from-the-start case (a route measured first inside its
+/// downstream's queue, the other not yet able to vouch), and treating a route's first
+/// answer as unrouted made one proptest case cut before the queue began; neither kept.
+#[test]
+#[ignore = "known gap: paths with ids in them delay the cut (see the doc comment)"]
+fn a_step_to_overload_on_unique_paths_is_still_cut() {
+    for seed in 0..3 {
+        for unique in [false, true] {
+            let mut l = adaptive(256);
+            let mut m = Model::new(4, Service::Fixed(100 * MS), seed);
+            m.unique_paths = unique;
+            m.run(&mut l, 30_000 * MS, Arrivals::Poisson(20.0));
+            assert_eq!(l.limit(), 256, "seed {seed} unique {unique}: {:?}", l.status());
+            m.reset_counts();
+            let step = m.now();
+            m.run(&mut l, step + 3_000 * MS, Arrivals::Poisson(120.0));
+            let cut_at = m.limits.iter().find(|&&(_, x)| x < 256).map(|&(t, _)| (t - step) / MS);
+            assert!(
+                cut_at.is_some_and(|ms| ms <= 1_000),
+                "seed {seed} unique {unique}: cut {cut_at:?} ms after the step"
+            );
+            let s = l.status();
+            assert!(s.limit <= 8, "seed {seed} unique {unique}: {s:?}");
+        }
+    }
 }
 
 /// A slow downstream (its time passed as such) is not the app's queue: no cut.
