@@ -77,6 +77,8 @@ ISTIO_LOOPBACK = ["127.0.0.1:15000"]
 ISTIO_UID = 1337
 APP_UID = 101  # nginx-unprivileged's user
 POLL = 0.05
+# How long a declared port may take to accept once its container runs (see check_running).
+PORT_GRACE_S = 10.0
 NODE_MARK = "WEIR_POD_SIM_NODE"
 
 
@@ -732,13 +734,22 @@ class PodRun:
             if c.get("securityContext", {}).get("readOnlyRootFilesystem") and (not root_ro or writable != expect):
                 row.problems.append(f"writable: {writable}, want only the emptyDirs {expect}")
         # Ports and probes.
+        # Each port gets up to PORT_GRACE_S to accept: a container's listeners come up one
+        # after another (weir's admin port before its inbound one), and this check may run
+        # between them on a busy machine; the kubelet, too, sends nothing before the probes.
         up, down = [], []
         for p in c.get("ports", []):
-            try:
-                with socket.create_connection((self.ip, p["containerPort"]), timeout=2):
-                    up.append(str(p["containerPort"]))
-            except OSError as e:
-                down.append(f"{p['containerPort']} ({e.strerror or e})")
+            deadline = time.monotonic() + PORT_GRACE_S
+            while True:
+                try:
+                    with socket.create_connection((self.ip, p["containerPort"]), timeout=2):
+                        up.append(str(p["containerPort"]))
+                    break
+                except OSError as e:
+                    if time.monotonic() >= deadline or not proc.alive():
+                        down.append(f"{p['containerPort']} ({e.strerror or e})")
+                        break
+                    time.sleep(0.1)
         row.ports = " ".join(up) + (" up" if up else "") + (f"; DOWN {' '.join(down)}" if down else "")
         if c["name"] == "istio-proxy" and proc.alive():
             row.ports += f", {' '.join(ISTIO_LOOPBACK)} bound"
