@@ -45,7 +45,6 @@ use crate::clock::Nanos;
 
 /// Routes tracked at once.
 pub const MAX_ROUTES: usize = 64;
-const _: () = assert!(MAX_ROUTES <= 64, "close_interval keeps one bit per route");
 
 /// Answers of one route a baseline candidate averages over (a burst of a slow route is
 /// measured within its first few answers; one answer alone would be a lucky low).
