@@ -46,6 +46,11 @@ struct Args {
     /// loads (0.1x, 0.5x, 0.9x, on/off, idle-then-burst).
     #[arg(long, value_delimiter = ',')]
     apps: Option<Vec<String>>,
+    /// Only these loads of each app [default: all]: `steady0.1`, `steady0.5`, `steady0.9`,
+    /// `on-off`, `idle-burst` (a focused A/B of one case, e.g. `--apps 1x1 --loads
+    /// steady0.9 --rounds 5`).
+    #[arg(long, value_delimiter = ',')]
+    loads: Option<Vec<String>>,
     /// The rate nginx's loads are multiples of (nginx itself serves far more; this is what
     /// the open-loop generator offers comfortably on this machine).
     #[arg(long, default_value_t = 4000.0)]
@@ -93,13 +98,25 @@ fn main() -> anyhow::Result<()> {
     let run = secs(args.run_secs.unwrap_or(if args.quick { 4.0 } else { 10.0 }));
     let warmup = secs(args.warmup_secs.unwrap_or(if args.quick { 1.0 } else { 2.0 }));
     let rounds = args.rounds.unwrap_or(if args.quick { 1 } else { 2 });
-    let apps = match &args.apps {
+    let mut apps: Vec<AppCase> = match &args.apps {
         Some(list) => {
             list.iter().map(|a| parse_app(a, args.nginx_rps)).collect::<anyhow::Result<_>>()?
         }
         None if args.quick => noharm::quick_apps(args.nginx_rps),
         None => noharm::full_apps(args.nginx_rps),
     };
+    if let Some(wanted) = &args.loads {
+        for name in wanted {
+            anyhow::ensure!(
+                LOAD_NAMES.contains(&name.as_str()),
+                "--loads: unknown load {name:?} (one of {})",
+                LOAD_NAMES.join(", ")
+            );
+        }
+        for app in &mut apps {
+            app.loads.retain(|l| wanted.iter().any(|w| w == load_name(l)));
+        }
+    }
     let wants = |p: Part| args.parts.contains(&p);
     let mut weir_inbound = args.weir_inbound.replace("\\n", "\n");
     if !weir_inbound.is_empty() && !weir_inbound.ends_with('\n') {
@@ -148,6 +165,21 @@ fn main() -> anyhow::Result<()> {
     println!("{markdown}");
     eprintln!("wrote {}/noharm.{{json,md}} and {}", out.display(), plots.join(", "));
     Ok(())
+}
+
+/// The names `--loads` accepts.
+const LOAD_NAMES: [&str; 5] = ["steady0.1", "steady0.5", "steady0.9", "on-off", "idle-burst"];
+
+/// A load's `--loads` name (a steady load of another multiple matches none).
+fn load_name(load: &LoadCase) -> &'static str {
+    match *load {
+        LoadCase::Steady { multiple: 0.1 } => "steady0.1",
+        LoadCase::Steady { multiple: 0.5 } => "steady0.5",
+        LoadCase::Steady { multiple: 0.9 } => "steady0.9",
+        LoadCase::Steady { .. } => "steady",
+        LoadCase::OnOff { .. } => "on-off",
+        LoadCase::IdleBurst { .. } => "idle-burst",
+    }
 }
 
 /// `nginx` or `WORKERSxMS`, with the standard loads.
