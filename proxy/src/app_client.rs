@@ -373,7 +373,14 @@ impl Endpoint {
 
     async fn connect_http1(&self) -> Result<Box<Http1Link>, ClientError> {
         let io = self.connect().await?;
-        let (sender, conn) = http1::Builder::new().handshake(io).await?;
+        // Flattened writes: a request's head and body are copied into one buffer and sent
+        // with one `write`. hyper's vectored strategy instead fills an array of 64
+        // `IoSlice`s on every flush, for a `writev` of (usually) the head alone: requests to
+        // the app mostly have no body or a small one, so the copy costs less (measured:
+        // ~500 fewer instructions per request with the caller side flattened too). The
+        // caller side keeps vectored writes: responses can be large, and a copy of each
+        // would cost more than it saves.
+        let (sender, conn) = http1::Builder::new().writev(false).handshake(io).await?;
         Ok(Box::new(Http1Link { sender, conn, pool: Arc::downgrade(&self.http1) }))
     }
 

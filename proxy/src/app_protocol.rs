@@ -230,59 +230,38 @@ impl Upstream {
         self.inner.speaks()
     }
 
-    /// The protocol for a request (see [`decide`]). Under `auto`, an HTTP/2 caller's request
-    /// may wait for the first probe of this upstream, never past `deadline`.
+    /// The protocol for a request (see [`decide`]), and the time after choosing it. Under
+    /// `auto`, an HTTP/2 caller's request may wait for the first probe of this upstream,
+    /// never past `deadline`. `now`: a clock read the caller has just made, used for the
+    /// re-check's schedule and returned as is when nothing was waited for (one clock read
+    /// fewer per request); after a wait for the probe, tokio's clock is read again.
     pub async fn choose(
         &self,
         configured: AppProtocol,
         caller: Version,
         headers: &HeaderMap,
-        deadline: Instant,
-    ) -> Choice {
-        match self.choose_known(configured, caller, headers, Instant::now()) {
-            Some(choice) => choice,
-            None => self.choose_after_probe(configured, caller, headers, deadline).await,
-        }
-    }
-
-    /// The protocol for a request without waiting (as [`Self::choose`]), or `None` when the
-    /// upstream's protocol is still to be learnt ([`Self::choose_after_probe`] then waits).
-    /// `now`: a clock read the caller has made (a moment ago), for the re-check's schedule.
-    pub fn choose_known(
-        &self,
-        configured: AppProtocol,
-        caller: Version,
-        headers: &HeaderMap,
         now: Instant,
-    ) -> Option<Choice> {
+        deadline: Instant,
+    ) -> (Choice, Instant) {
         if configured != AppProtocol::Auto || caller < Version::HTTP_2 {
             // Nothing to learn: the caller's version or the configuration decides.
-            return Some(decide(configured, caller, false, Speaks::Unknown));
+            return (decide(configured, caller, false, Speaks::Unknown), now);
         }
         let memory = &self.inner;
         let speaks = match memory.speaks() {
-            Speaks::Unknown => return None,
+            Speaks::Unknown => {
+                // Boxed: only the first requests wait for the probe; the rest should not
+                // carry its state.
+                let speaks = Box::pin(memory.learn(deadline)).await;
+                let now = tokio::time::Instant::now().into_std();
+                return (decide(configured, caller, is_native_grpc(headers), speaks), now);
+            }
             known => known,
         };
         if since_epoch(now) >= memory.recheck_at.load(Acquire) {
             self.recheck_in_background();
         }
-        Some(decide(configured, caller, is_native_grpc(headers), speaks))
-    }
-
-    /// [`Self::choose`] once [`Self::choose_known`] found nothing known: waits for the
-    /// first probe of this upstream, never past `deadline`.
-    pub async fn choose_after_probe(
-        &self,
-        configured: AppProtocol,
-        caller: Version,
-        headers: &HeaderMap,
-        deadline: Instant,
-    ) -> Choice {
-        // Boxed: only the first requests wait for the probe; the rest should not carry its
-        // state.
-        let speaks = Box::pin(self.inner.learn(deadline)).await;
-        decide(configured, caller, is_native_grpc(headers), speaks)
+        (decide(configured, caller, is_native_grpc(headers), speaks), now)
     }
 
     /// A request sent in the remembered protocol failed at the protocol level: re-check

@@ -281,17 +281,10 @@ impl<A: AppClient> Inbound<A> {
         // the arrival, unless it waited (the head was read microseconds ago: one clock read
         // fewer per request).
         let (version, headers) = (parts.version, &parts.headers);
+        let (configured, by) = (self.app_protocol, deadline.into_std());
         let (choice, now) =
-            match self.app_speaks.choose_known(self.app_protocol, version, headers, arrival.into())
-            {
-                Some(choice) => (choice, arrival),
-                None => {
-                    let (configured, by) = (self.app_protocol, deadline.into_std());
-                    let choice =
-                        self.app_speaks.choose_after_probe(configured, version, headers, by).await;
-                    (choice, Instant::now())
-                }
-            };
+            self.app_speaks.choose(configured, version, headers, arrival.into_std(), by).await;
+        let now = Instant::from_std(now);
         let protocol = match choice {
             Choice::Send(protocol) => protocol,
             Choice::GrpcNeedsH2 => {

@@ -171,26 +171,27 @@ async fn the_first_h2_request_learns_and_the_rest_reuse_the_verdict() {
     let upstream = Upstream::new(addr, Duration::from_millis(500));
     let h = HeaderMap::new();
     // HTTP/1.1 callers never probe.
-    let choice = upstream.choose(AppProtocol::Auto, Version::HTTP_11, &h, far()).await;
+    let choice =
+        upstream.choose(AppProtocol::Auto, Version::HTTP_11, &h, Instant::now(), far()).await.0;
     assert_eq!(choice, Choice::Send(Protocol::Http1));
     assert_eq!(accepted.load(Relaxed), 0);
     // Many HTTP/2 requests at once: one probe, all get HTTP/1.1.
-    let choices =
-        futures_join(
-            (0..20).map(|_| {
-                let u = upstream.clone();
-                async move {
-                    u.choose(AppProtocol::Auto, Version::HTTP_2, &HeaderMap::new(), far()).await
-                }
-            }),
-        )
-        .await;
+    let choices = futures_join((0..20).map(|_| {
+        let u = upstream.clone();
+        async move {
+            u.choose(AppProtocol::Auto, Version::HTTP_2, &HeaderMap::new(), Instant::now(), far())
+                .await
+                .0
+        }
+    }))
+    .await;
     assert!(choices.iter().all(|c| *c == Choice::Send(Protocol::Http1)), "{choices:?}");
     assert_eq!(accepted.load(Relaxed), 1, "one probe");
     assert_eq!(upstream.speaks(), Speaks::Http1Only);
     let mut grpc = HeaderMap::new();
     grpc.insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
-    let choice = upstream.choose(AppProtocol::Auto, Version::HTTP_2, &grpc, far()).await;
+    let choice =
+        upstream.choose(AppProtocol::Auto, Version::HTTP_2, &grpc, Instant::now(), far()).await.0;
     assert_eq!(choice, Choice::GrpcNeedsH2);
     assert_eq!(accepted.load(Relaxed), 1, "still one probe");
 }
@@ -201,19 +202,19 @@ async fn a_suspect_verdict_is_rechecked_in_the_background() {
     let upstream = Upstream::new(h2, Duration::from_millis(500));
     let h = HeaderMap::new();
     assert_eq!(
-        upstream.choose(AppProtocol::Auto, Version::HTTP_2, &h, far()).await,
+        upstream.choose(AppProtocol::Auto, Version::HTTP_2, &h, Instant::now(), far()).await.0,
         Choice::Send(Protocol::H2c)
     );
     // Not before the backoff since the last probe...
     upstream.suspect();
-    let _ = upstream.choose(AppProtocol::Auto, Version::HTTP_2, &h, far()).await;
+    let _ = upstream.choose(AppProtocol::Auto, Version::HTTP_2, &h, Instant::now(), far()).await.0;
     tokio::time::sleep(Duration::from_millis(50)).await;
     assert_eq!(accepted.load(Relaxed), 1);
     // ...then once, in the background, while the verdict keeps serving.
     tokio::time::sleep(SUSPECT_BACKOFF).await;
     upstream.suspect();
     assert_eq!(
-        upstream.choose(AppProtocol::Auto, Version::HTTP_2, &h, far()).await,
+        upstream.choose(AppProtocol::Auto, Version::HTTP_2, &h, Instant::now(), far()).await.0,
         Choice::Send(Protocol::H2c)
     );
     let deadline = Instant::now() + Duration::from_secs(2);
@@ -229,7 +230,8 @@ async fn an_unreachable_upstream_is_not_probed_for_every_request() {
     let h = HeaderMap::new();
     let started = Instant::now();
     for _ in 0..50 {
-        let c = upstream.choose(AppProtocol::Auto, Version::HTTP_2, &h, far()).await;
+        let c =
+            upstream.choose(AppProtocol::Auto, Version::HTTP_2, &h, Instant::now(), far()).await.0;
         assert_eq!(c, Choice::Send(Protocol::Http1), "nothing known: HTTP/1.1");
     }
     assert_eq!(upstream.speaks(), Speaks::Unknown);
@@ -242,7 +244,10 @@ async fn a_request_never_waits_for_a_probe_past_its_deadline() {
     let upstream = Upstream::new(silent, Duration::from_secs(5));
     let started = Instant::now();
     let deadline = started + Duration::from_millis(100);
-    let c = upstream.choose(AppProtocol::Auto, Version::HTTP_2, &HeaderMap::new(), deadline).await;
+    let c = upstream
+        .choose(AppProtocol::Auto, Version::HTTP_2, &HeaderMap::new(), Instant::now(), deadline)
+        .await
+        .0;
     assert_eq!(c, Choice::Send(Protocol::Http1));
     assert!(started.elapsed() < Duration::from_millis(600), "{:?}", started.elapsed());
 }

@@ -255,15 +255,19 @@ impl EgressService {
         }
         let endpoint = self.endpoint(addr);
         let speaks = self.speaks.get(addr);
-        let protocol =
-            match speaks.choose(self.protocol, parts.version, &parts.headers, deadline).await {
-                Choice::Send(protocol) => protocol,
-                Choice::GrpcNeedsH2 => {
-                    let (status, mut headers) = app_protocol::grpc_needs_h2_head();
-                    headers.insert(self.names.level.clone(), self.level_value(Some(&authority)));
-                    return crate::http::respond(status, headers);
-                }
-            };
+        let now = Instant::now();
+        let protocol = match speaks
+            .choose(self.protocol, parts.version, &parts.headers, now, deadline)
+            .await
+            .0
+        {
+            Choice::Send(protocol) => protocol,
+            Choice::GrpcNeedsH2 => {
+                let (status, mut headers) = app_protocol::grpc_needs_h2_head();
+                headers.insert(self.names.level.clone(), self.level_value(Some(&authority)));
+                return crate::http::respond(status, headers);
+            }
+        };
         let remaining = deadline.saturating_duration_since(Instant::now());
         if remaining.is_zero() {
             return self.refuse(&authority, grpc, priority, EgressOutcome::ShedDeadline);
