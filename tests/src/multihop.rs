@@ -295,6 +295,23 @@ pub struct LevelTiming {
     /// From B's re-opening until A's / E's cached level re-opens (or expires) and stays so.
     pub a_sees_open: Option<f64>,
     pub e_sees_open: Option<f64>,
+    /// X's route level as A advertises it to E: min(A's own level, A's cached level of B),
+    /// the transition E's cache must follow whichever of A and B cuts (behind callers that
+    /// refuse for it B itself may never cut). From the step up until it first refuses a
+    /// class in use; from its cut until E's cached level of A first does.
+    pub route_cut_after_step: Option<f64>,
+    pub e_sees_route_cut: Option<f64>,
+    /// From the step down until X's route level admits every class again and stays so;
+    /// from then until E's cache does.
+    pub route_open_after_drop: Option<f64>,
+    pub e_sees_route_open: Option<f64>,
+    /// Every cut of X's route level from the step up until 1 s after the drop: how long
+    /// until E's cached level of A was at or under it (cuts superseded by a re-opening
+    /// before E saw them are not counted), in seconds.
+    pub e_follows_route_cuts: Vec<f64>,
+    /// Of the high phase's samples, the share in which E's cache of A admitted more than
+    /// X's route level at A (what A then refuses, or queues, that E would have refused).
+    pub e_looser_share: Option<f64>,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]
@@ -730,6 +747,49 @@ fn level_series(samples: &[Sample], hop: &str, cached_of: Option<&str>) -> Optio
     })
 }
 
+/// X's route level at A as A advertises it: min(A's own level, A's cached level of B), at
+/// each sample that scraped A, clamped at [`LEVEL_ALL_OPEN`].
+fn route_series(samples: &[Sample], b_authority: &str) -> Option<Vec<(f64, f64)>> {
+    let own = level_series(samples, "a", None)?;
+    let cached = level_series(samples, "a", Some(b_authority))?;
+    // Both come from the same scrape of A: the same samples, in order.
+    Some(own.iter().zip(&cached).map(|(&(t, o), &(_, c))| (t, o.min(c))).collect())
+}
+
+/// Each cut of `source` (a sample lower than the one before it) in `[from, to)`: how long
+/// until `view` was at or under the cut level. A cut that `source` re-opened past before
+/// `view` got there is left out (superseded), as is one `view` never reached before `to`.
+fn follow_cuts(source: &[(f64, f64)], view: &[(f64, f64)], from: f64, to: f64) -> Vec<f64> {
+    let mut lags = Vec::new();
+    for (i, w) in source.windows(2).enumerate() {
+        let ((_, before), (at, level)) = (w[0], w[1]);
+        if at < from || at >= to || level >= before {
+            continue;
+        }
+        let reopened = source[i + 1..].iter().find(|&&(_, v)| v > level).map_or(to, |&(t, _)| t);
+        if let Some(&(seen, _)) =
+            view.iter().find(|&&(t, v)| t >= at && t < to.min(reopened) && v <= level)
+        {
+            lags.push(seen - at);
+        }
+    }
+    lags
+}
+
+/// The share of `source`'s samples in `[from, to)` at which `view` (the sample at or just
+/// before it) admitted more.
+fn looser_share(source: &[(f64, f64)], view: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
+    let (mut looser, mut n) = (0u32, 0u32);
+    for &(t, level) in source.iter().filter(|(t, _)| *t >= from && *t < to) {
+        let Some(&(_, seen)) = view.iter().take_while(|(tv, _)| *tv <= t).last() else {
+            continue;
+        };
+        n += 1;
+        looser += u32::from(seen > level);
+    }
+    (n > 0).then(|| f64::from(looser) / f64::from(n))
+}
+
 fn first_cut(series: &[(f64, f64)], from: f64, to: f64) -> Option<f64> {
     series.iter().find(|(t, v)| *t >= from && *t < to && *v < LEVEL_ALL_OPEN).map(|(t, _)| *t)
 }
@@ -799,6 +859,16 @@ fn step_report(
         Some(cut - b_cut?)
     };
     let sees_open = |view: &Option<Vec<(f64, f64)>>| Some(reopen(view.as_deref()?)? - b_open?);
+    let route = authorities.get("b").and_then(|auth| route_series(samples, auth));
+    let route_cut = route.as_deref().and_then(|s| first_cut(s, step_at, drop_at));
+    let route_open = route.as_deref().and_then(reopen);
+    let (e_follows_route_cuts, e_looser_share) = match (&route, &e_view) {
+        (Some(route), Some(view)) => (
+            follow_cuts(route, view, step_at, drop_at + 1.0),
+            looser_share(route, view, step_at, drop_at),
+        ),
+        _ => (Vec::new(), None),
+    };
     StepReport {
         step_at,
         drop_at,
@@ -819,6 +889,14 @@ fn step_report(
             b_open_after_drop: b_open.map(|t| t - drop_at),
             a_sees_open: sees_open(&a_view),
             e_sees_open: sees_open(&e_view),
+            route_cut_after_step: route_cut.map(|t| t - step_at),
+            e_sees_route_cut: e_view
+                .as_deref()
+                .and_then(|v| Some(first_cut(v, step_at, drop_at)? - route_cut?)),
+            route_open_after_drop: route_open.map(|t| t - drop_at),
+            e_sees_route_open: e_view.as_deref().and_then(|v| Some(reopen(v)? - route_open?)),
+            e_follows_route_cuts,
+            e_looser_share,
         },
     }
 }
@@ -950,5 +1028,23 @@ mod tests {
         assert!((mk3.stretches[1].x_rps - 100.0).abs() < 1e-9, "3x at B over 3 calls each");
         assert_eq!(mk3.warmup, Duration::from_secs(8), "the lead-in is not counted");
         assert!(s.iter().any(|s| s.suite == Suite::Retry && s.retry.is_some()));
+    }
+
+    #[test]
+    fn e_follows_each_cut_of_the_route_until_it_reopens() {
+        let at = |v: &[f64]| v.iter().enumerate().map(|(i, &v)| (i as f64 * 0.1, v)).collect();
+        let open = LEVEL_ALL_OPEN;
+        // The route cuts at 0.1 s and again at 0.4 s; E sees the first at 0.3 s, the second
+        // at 0.5 s; a third cut (0.7 s) re-opens at 0.8 s before E sees it.
+        let route: Vec<(f64, f64)> =
+            at(&[open, 200.0, 200.0, 200.0, 150.0, 150.0, 150.0, 100.0, open]);
+        let e: Vec<(f64, f64)> = at(&[open, open, open, 200.0, 200.0, 150.0, 150.0, 150.0, 150.0]);
+        let lags = follow_cuts(&route, &e, 0.0, 1.0);
+        assert_eq!(lags.len(), 2, "{lags:?}");
+        assert!((lags[0] - 0.2).abs() < 1e-9 && (lags[1] - 0.1).abs() < 1e-9, "{lags:?}");
+        // E admitted more than the route at 0.1, 0.2 and 0.4 s and at 0.7 s: 4 of 9.
+        let share = looser_share(&route, &e, 0.0, 1.0).unwrap();
+        assert!((share - 4.0 / 9.0).abs() < 1e-9, "{share}");
+        assert!(looser_share(&route, &e, 5.0, 6.0).is_none());
     }
 }

@@ -40,6 +40,15 @@ pub(super) struct CapacityLaw {
     /// The highest estimate a saturated window left (0 before one did): a level-bound probe
     /// may go back up to it in one window (see [`LEVEL_BOUND_PROBE`]).
     best_measured: f64,
+    /// The least important business class any window has seen arrive (`None` before one
+    /// did): a censored opening crosses into at most one class it has not seen lately
+    /// below it (see [`cap_censored_opening`]).
+    least_important_class_seen: Option<u8>,
+    /// How long the censored windows in a row up to the last one each had room for
+    /// [`CENSORED_FULL_OPEN_ROOM`] times what came beyond it (ns): short windows that
+    /// together span [`MIN_JUDGED_WINDOW`] of the nominal one may open fully, as one such
+    /// window may (see [`CapacityLaw::may_open_fully`]).
+    roomy_ns: u64,
 }
 
 /// At most this many past windows are remembered: windows close early no sooner than
@@ -69,6 +78,8 @@ impl CapacityLaw {
             censored_margin: CENSORED_MARGIN,
             sizing_headroom: 0.0,
             best_measured: 0.0,
+            least_important_class_seen: None,
+            roomy_ns: 0,
         }
     }
 
@@ -103,6 +114,11 @@ impl ControlLaw for CapacityLaw {
         w: &WindowSummary,
         histogram: &[u32],
     ) -> AdmissionLevel {
+        if let Some(highest) = histogram.iter().rposition(|&n| n > 0) {
+            let class = (highest / USER_LEVELS as usize).min(255) as u8;
+            self.least_important_class_seen =
+                Some(self.least_important_class_seen.map_or(class, |c| c.max(class)));
+        }
         let next = self.decide(current, zone, w, histogram);
         if is_censored(histogram, current) {
             self.censored_margin =
@@ -136,14 +152,14 @@ impl CapacityLaw {
             // target over this window alone would say; the window still measures the app
             // (its queue was busy).
             self.observe_completions(zone, w, censored);
+            self.roomy_ns = 0;
             return current;
         }
-        // A short censored window (a handful of requests let through) is too thin to
-        // judge "room for twice what came" on.
-        let may_open_fully = secs(w) >= MIN_JUDGED_WINDOW * self.window_secs;
         let Some((target, credit, headroom)) = self.capacity_target(zone, w, censored) else {
+            self.roomy_ns = 0;
             return current;
         };
+        let may_open_fully = self.may_open_fully(w, censored, target, histogram);
         // A thin first sample's headroom sizes a cut, it never decides whether to cut:
         // opening on it let a step's first early window in whole, and the next cut drained
         // the backlog that left (see `thin_first_headroom`).
@@ -161,9 +177,11 @@ impl CapacityLaw {
             // fully would let them all in at once: open past what arrived by
             // what the spare room admits at the density seen there (fully
             // when the room is large). Uncensored, fully open as ever.
-            AdmissionLevel::FULLY_OPEN if censored => {
-                open_beyond_arrivals(histogram, current, target, may_open_fully)
-            }
+            AdmissionLevel::FULLY_OPEN if censored => cap_censored_opening(
+                open_beyond_arrivals(histogram, current, target, may_open_fully),
+                current,
+                self.least_important_class_seen,
+            ),
             p => p,
         };
         let next = match zone {
@@ -192,9 +210,11 @@ impl CapacityLaw {
             Zone::Relax if proposed <= current => {
                 match step_above(histogram, current) {
                     // No bucket beyond the next: same as above, no evidence.
-                    AdmissionLevel::FULLY_OPEN if censored => {
-                        open_beyond_arrivals(histogram, current, target, may_open_fully)
-                    }
+                    AdmissionLevel::FULLY_OPEN if censored => cap_censored_opening(
+                        open_beyond_arrivals(histogram, current, target, may_open_fully),
+                        current,
+                        self.least_important_class_seen,
+                    ),
                     step => step,
                 }
             }
@@ -401,6 +421,29 @@ const STEP_CHANGE: f64 = 0.25;
 const MAX_FALL_PER_WINDOW: f64 = 0.5;
 
 impl CapacityLaw {
+    /// Whether a censored window may open fully ([`open_beyond_arrivals`]): a short one (a
+    /// handful of requests let through) is too thin to judge room for twice what came on
+    /// alone, but short windows in a row that each had that room, over at least
+    /// [`MIN_JUDGED_WINDOW`] of the nominal window, are as good as one window that long.
+    /// Behind callers that refuse for it, a downstream whose load dropped sees a few
+    /// requests a window and closes its windows early (the level cuts and the app has room):
+    /// judged window by window, it crept open by the spare room over a thin density, 10-15
+    /// levels every 100-200 ms (multihop-bench's B after the step down: 1.109 -> 3.10 over
+    /// 3 s, and X's callers refused what it had room for all that time).
+    fn may_open_fully(
+        &mut self,
+        w: &WindowSummary,
+        censored: bool,
+        target: f64,
+        histogram: &[u32],
+    ) -> bool {
+        let arrived: u64 = histogram.iter().map(|&n| u64::from(n)).sum();
+        let roomy = censored && target - arrived as f64 >= CENSORED_FULL_OPEN_ROOM * arrived as f64;
+        self.roomy_ns = if roomy { self.roomy_ns.saturating_add(w.duration_ns) } else { 0 };
+        let judged_ns = MIN_JUDGED_WINDOW * self.window_secs * 1e9;
+        secs(w) >= MIN_JUDGED_WINDOW * self.window_secs || self.roomy_ns as f64 >= judged_ns
+    }
+
     /// The capacity law's target, in arrivals of this window: the app's completion rate
     /// over the window's length, less (when cutting) the backlog above what the exit
     /// threshold allows, drained over about one nominal window and never more than half
@@ -735,4 +778,30 @@ pub fn open_beyond_arrivals(
     let steps = if spare > 0.0 { (spare / density).ceil().max(1.0) } else { 1.0 };
     let next = (base as f64 + steps).min((COMPOUND_LEVELS - 1) as f64) as u16;
     AdmissionLevel::from_compound(next).unwrap_or(AdmissionLevel::FULLY_OPEN)
+}
+
+/// A censored opening ([`open_beyond_arrivals`]) crosses into at most one business class
+/// beyond `current`'s per window, unless that class is the least important one seen
+/// (`least_important_seen`; past it nothing is known to come, and the level may open fully). Behind
+/// callers' egress the classes beyond the level are unseen, and the density extrapolation
+/// assumes them as dense as the class the level cuts: at a middle hop cut to the end of
+/// the top class (0.127), where only the top class arrives, that opened fully (or into the
+/// third class) in one window; the callers' caches then let every class in at once, the hop
+/// cut again, and the callers refused on the old level while it did, so the hop refused
+/// what the entry should have (multihop-bench's middle hop A: 0.127 -> 2.27 -> open ->
+/// 1.43 within 0.5 s). One class a window: the next class's arrivals are measured before
+/// the level opens past it. A hop whose load really dropped still re-opens within two early
+/// windows (the engine closes a window early when the level cuts and the app has room).
+pub(super) fn cap_censored_opening(
+    next: AdmissionLevel,
+    current: AdmissionLevel,
+    least_important_seen: Option<u8>,
+) -> AdmissionLevel {
+    let Some(lowest) = least_important_seen else { return next };
+    let into = current.priority().business.saturating_add(1);
+    if into >= lowest {
+        return next;
+    }
+    let end_of_into = u16::from(into) * USER_LEVELS + (USER_LEVELS - 1);
+    AdmissionLevel::from_compound(end_of_into).map_or(next, |cap| next.min(cap))
 }

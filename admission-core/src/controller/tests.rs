@@ -1,4 +1,4 @@
-use super::capacity::{fall_floor, is_censored, next_censored_margin};
+use super::capacity::{cap_censored_opening, fall_floor, is_censored, next_censored_margin};
 use super::*;
 use crate::priority::Priority;
 use std::time::Duration;
@@ -1059,4 +1059,77 @@ fn a_level_bound_probe_does_not_overshoot_the_app_it_measured() {
     assert_eq!(c.capacity_estimate(), Some(250.0));
     c.next_level(current, Zone::Relax, &bound, &h);
     assert_eq!(c.capacity_estimate(), Some(400.0));
+}
+
+#[test]
+fn a_censored_opening_crosses_into_one_unseen_class_a_window() {
+    let level = |c: u16| AdmissionLevel::from_compound(c).unwrap();
+    let open = AdmissionLevel::FULLY_OPEN;
+    // Cut to the end of the top class, three classes seen: at most to the end of class 1.
+    assert_eq!(cap_censored_opening(open, level(127), Some(2)), level(255));
+    assert_eq!(cap_censored_opening(level(2 * 128 + 27), level(127), Some(2)), level(255));
+    // Inside class 1, the next class is the least important seen: fully open may stand.
+    assert_eq!(cap_censored_opening(open, level(128 + 40), Some(2)), open);
+    // An opening within the next class is left as it is; nothing seen yet: no cap.
+    assert_eq!(cap_censored_opening(level(200), level(127), Some(2)), level(200));
+    assert_eq!(cap_censored_opening(open, level(127), None), open);
+    assert_eq!(cap_censored_opening(open, level(127), Some(0)), open);
+}
+
+/// A middle hop whose callers' caches let only its top class through (cut to 0.127)
+/// re-opens in two windows once its downstream has room again: first to the end of the next
+/// class (whose arrivals are then measured), then fully; not fully from 0.127 in one window.
+#[test]
+fn a_hop_cut_to_its_top_class_reopens_in_two_censored_windows() {
+    let mut c = capacity_measured_at(12_000);
+    // Every class arrived before the cut.
+    let mut w = window(3 * 1_280, 3 * 1_280, 3 * 1_280, 1);
+    w.completed = 3 * 1_280;
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Relax, &w, &uniform(3, 10));
+    // Cut to 0.127: only class 0 is let through, and it fits many times over.
+    let (h, current) = censored_at(127, 10);
+    let mut w = window(1_280, 1_280, 1_280, 1);
+    w.completed = 1_280;
+    let next = c.next_level(current, Zone::Relax, &w, &h);
+    assert_eq!(next, AdmissionLevel::from_compound(255).unwrap(), "to 1.127, not open");
+    // Classes 0 and 1 now come, and fit: fully open.
+    let (h, current) = censored_at(255, 10);
+    let mut w = window(2_560, 2_560, 2_560, 1);
+    w.completed = 2_560;
+    assert_eq!(c.next_level(current, Zone::Relax, &w, &h), AdmissionLevel::FULLY_OPEN);
+}
+
+/// Behind callers that refuse for it, a downstream whose load dropped sees a few requests
+/// a window and closes its windows early: short windows in a row, each with room for three
+/// times what came, open fully once they span half a nominal window, as one window that
+/// long would; windows with less room than that never do.
+#[test]
+fn short_roomy_censored_windows_in_a_row_open_fully_after_half_a_window() {
+    let short = |arrived: u64| {
+        let mut w = window(arrived, arrived, arrived, 0);
+        (w.duration_ns, w.completed) = (100 * MS, arrived);
+        w
+    };
+    let mut c = capacity_measured_at(1_000);
+    let (h, current) = censored_at(19, 1); // 20 a window of 100 ms, the app's room ~90
+    for i in 1..=4 {
+        let next = c.next_level(current, Zone::Relax, &short(20), &h);
+        assert!(next > current && next < AdmissionLevel::FULLY_OPEN, "window {i}: {next:?}");
+    }
+    assert_eq!(c.next_level(current, Zone::Relax, &short(20), &h), AdmissionLevel::FULLY_OPEN);
+    // Half the app's rate arriving: room for less than three times it, never fully open.
+    let mut c = capacity_measured_at(1_000);
+    let (h, current) = censored_at(39, 1);
+    for i in 1..=10 {
+        let next = c.next_level(current, Zone::Relax, &short(40), &h);
+        assert!(next < AdmissionLevel::FULLY_OPEN, "window {i}: {next:?}");
+    }
+    // A window without that room in between starts the span again.
+    let mut c = capacity_measured_at(1_000);
+    let (h, current) = censored_at(19, 1);
+    for _ in 0..4 {
+        c.next_level(current, Zone::Relax, &short(20), &h);
+    }
+    c.next_level(current, Zone::Relax, &short(40), &censored_at(39, 1).0);
+    assert!(c.next_level(current, Zone::Relax, &short(20), &h) < AdmissionLevel::FULLY_OPEN);
 }

@@ -15,6 +15,18 @@ fn secs(x: Option<f64>) -> String {
     x.map_or("-".into(), |v| format!("{v:.1} s"))
 }
 
+/// How E's cache followed the cuts of X's route level: "n cuts, median m s, max x s".
+fn follows(lags: &[f64]) -> String {
+    if lags.is_empty() {
+        return "no cut".into();
+    }
+    let mut sorted = lags.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let median = sorted[sorted.len() / 2];
+    let max = sorted[sorted.len() - 1];
+    format!("{} cuts in median {median:.2} s, max {max:.2} s", lags.len())
+}
+
 fn classes(r: &ApiReport) -> String {
     r.classes.iter().map(|c| format!("{:.1}", c.success * 100.0)).collect::<Vec<_>>().join(" / ")
 }
@@ -111,6 +123,16 @@ pub fn progress_line(r: &RunResult) -> String {
             secs(l.e_sees_cut),
             secs(l.b_open_after_drop),
             secs(l.e_sees_open),
+        );
+        let _ = write!(
+            line,
+            "; X's route at A cut {} after the step, E's cache {} after it; open {} after the drop, E's cache {} after it; E follows {}; E looser {}",
+            secs(l.route_cut_after_step),
+            secs(l.e_sees_route_cut),
+            secs(l.route_open_after_drop),
+            secs(l.e_sees_route_open),
+            follows(&l.e_follows_route_cuts),
+            l.e_looser_share.map_or("-".into(), pct),
         );
     }
     let _ = write!(line, "; X failed at: {}", places(&r.x, 4));
@@ -314,7 +336,7 @@ pub fn markdown(r: &MultihopResult) -> String {
             "| contender | settle | recovery | high-phase goodput / ideal | X critical (high) | Y (high) | timeouts of refusals + timeouts (high) | B cuts after the step | A's cache of B: cut / open after B | E's cache of A: cut / open after B | B open after the drop |\n\
              |---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
         );
-        for x in steps {
+        for x in &steps {
             let Some(st) = &x.step else { continue };
             let l = &st.levels;
             let _ = writeln!(
@@ -333,6 +355,32 @@ pub fn markdown(r: &MultihopResult) -> String {
                 secs(l.e_sees_cut),
                 secs(l.e_sees_open),
                 secs(l.b_open_after_drop),
+            );
+        }
+        s.push_str(
+            "\nThe transition E's cache must follow, whichever hop makes it: X's route level as A \
+             advertises it, min(A's own level, A's cached level of B) (behind callers whose \
+             caches refuse for it, B may never cut). 'E follows': every cut of it from the step up \
+             until 1 s after the drop, and how long until E's cached level of A was at or under \
+             it (a cut re-opened before E got there is not counted; the gauge E's cache is read \
+             from is refreshed every 250 ms, the scrape every 100 ms); 'E looser': the high \
+             phase's samples in which E's cache admitted more than the route level.\n\n\
+             | contender | route cut after the step | E's cache: cut after it | route open after the drop | E's cache: open after it | E follows the route's cuts | E looser (high) |\n\
+             |---|---:|---:|---:|---:|---|---:|\n",
+        );
+        for x in &steps {
+            let Some(st) = &x.step else { continue };
+            let l = &st.levels;
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | {} |",
+                x.contender,
+                secs(l.route_cut_after_step),
+                secs(l.e_sees_route_cut),
+                secs(l.route_open_after_drop),
+                secs(l.e_sees_route_open),
+                follows(&l.e_follows_route_cuts),
+                l.e_looser_share.map_or("-".into(), pct),
             );
         }
         s.push('\n');
