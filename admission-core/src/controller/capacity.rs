@@ -41,8 +41,8 @@ pub(super) struct CapacityLaw {
     /// may go back up to it in one window (see [`LEVEL_BOUND_PROBE`]).
     best_measured: f64,
     /// The least important business class any window has seen arrive (`None` before one
-    /// did): a censored opening crosses into at most one class it has not seen lately
-    /// below it (see [`cap_censored_opening`]).
+    /// did; never forgotten): a censored opening short of it crosses into at most one more
+    /// class per window (see [`cap_censored_opening`]).
     least_important_class_seen: Option<u8>,
     /// How long the censored windows in a row up to the last one each had room for
     /// [`CENSORED_FULL_OPEN_ROOM`] times what came beyond it (ns): short windows that
