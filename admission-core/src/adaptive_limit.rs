@@ -235,18 +235,13 @@ struct IntervalView {
     start: Nanos,
     secs: f64,
     answers: u32,
-    /// Mean own time, nanoseconds.
-    mean: f64,
-    /// The mean of the routed answers' no-queue times (over all answers, nanoseconds), and
-    /// the share of answers without one.
-    expected: f64,
-    unrouted: f64,
     /// The answers of the routes that rose alone (a downstream's queue, not the app's: see
     /// `route_cost`), left out of the judgement of a rise.
     alone: Sums,
     /// Answers of routes not yet measured: the interval says nothing of a rise.
     neutral: u32,
-    /// The interval's own time and no-queue time summed over all its answers.
+    /// The interval's own time summed over all its answers, their routes' no-queue times
+    /// summed over the routed ones, and how many had no route (nanoseconds).
     own_sum: u128,
     expected_sum: u128,
     unrouted_answers: u32,
@@ -541,9 +536,6 @@ impl AdaptiveLimit {
             start: self.start,
             secs: elapsed as f64 / 1e9,
             answers: self.answers,
-            mean: (self.own_sum as f64 / answers).max(1.0),
-            expected: self.expected_sum as f64 / answers,
-            unrouted: f64::from(self.unrouted) / answers,
             alone: split.alone,
             neutral: split.neutral,
             own_sum: self.own_sum,
@@ -576,7 +568,12 @@ impl AdaptiveLimit {
         while self.history.front().is_some_and(|r| now.saturating_sub(r.end) > horizon) {
             self.history.pop_front();
         }
-        let mean = w.mean;
+        // Mean own time; the routed answers' mean no-queue time (over all answers) and the
+        // share of answers without one.
+        let answers = f64::from(w.answers.max(1));
+        let mean = (w.own_sum as f64 / answers).max(1.0);
+        let (expected, unrouted) =
+            (w.expected_sum as f64 / answers, f64::from(w.unrouted_answers) / answers);
         let rate = f64::from(w.answers) / w.secs.max(1e-9);
         let known = self.baseline() > 0;
         // The interval's own baseline: what its mix of routes takes without a queue (each
@@ -585,7 +582,7 @@ impl AdaptiveLimit {
         // every route slower, still is (see `route_cost`).
         let b = if known {
             let overall = self.baseline() as f64;
-            overall.max(w.expected + w.unrouted * overall)
+            overall.max(expected + unrouted * overall)
         } else {
             mean
         };
