@@ -28,6 +28,63 @@ enum Arrivals {
     /// A closed loop of this many clients (each sends its next request on an answer), the
     /// level refusing nothing: a benchmark client with many streams.
     Closed(usize),
+    /// Poisson at what callers let through of `offered` per second: they refuse beyond the
+    /// sidecar's level, which follows what the app completes (see [`FilteringCallers`]).
+    /// `refusing`: whether the level counts as refusing here (the engine's `level_binds`;
+    /// behind filtering callers next to nothing arrives beyond it).
+    Filtered { offered: f64, refusing: bool },
+}
+
+/// Callers whose egress refuses beyond the sidecar's level, and a level that follows the
+/// app's completions (as a level sized on the completion rate does): each window whose
+/// requests waited in the sidecar past the detector's threshold (20 ms) cuts what is let
+/// through to `share` of what the app completed in it; any other window opens it by
+/// `reopen` (at most to the offered load). So while the limit is below the app's
+/// concurrency what arrives is about what the limit lets the app complete: the demand a
+/// knee search measures is its own.
+#[derive(Debug, Clone, Copy)]
+struct FilteringCallers {
+    /// Let through per second now.
+    admit: f64,
+    /// Instead of the windows: once the limit is cut, what is let through drops to this
+    /// share of what the app completes at the new limit (and never grows again).
+    follow_limit: Option<f64>,
+    share: f64,
+    reopen: f64,
+    window: u64,
+    // The open window: when it began, dispatches and their waits in the sidecar, answers.
+    since: u64,
+    dispatched: u64,
+    waited: u64,
+    answered: u64,
+}
+
+impl FilteringCallers {
+    /// Starting at `admit` per second (a level just cut).
+    fn new(admit: f64) -> Self {
+        FilteringCallers {
+            admit,
+            follow_limit: None,
+            share: 0.9,
+            reopen: 1.05,
+            window: 250 * MS,
+            since: 0,
+            dispatched: 0,
+            waited: 0,
+            answered: 0,
+        }
+    }
+
+    fn close_window(&mut self, now: u64, offered: f64) {
+        let secs = now.saturating_sub(self.since) as f64 / 1e9;
+        let mean_wait = self.waited.checked_div(self.dispatched).unwrap_or(0);
+        if mean_wait > 20 * MS {
+            self.admit = self.share * self.answered as f64 / secs.max(1e-9);
+        } else {
+            self.admit = (self.admit * self.reopen).min(offered);
+        }
+        (self.since, self.dispatched, self.waited, self.answered) = (now, 0, 0, 0);
+    }
 }
 
 /// A discrete-event model of the sidecar's slot queue in front of an app of `workers`
@@ -62,6 +119,12 @@ struct Model {
     /// Each request on a path of its own (`/item/<id>`: ids in the path), each a route
     /// the limit has not measured.
     unique_paths: bool,
+    /// The callers in front (`Arrivals::Filtered`).
+    callers: FilteringCallers,
+    /// A deadline-aware app: a request still in its own queue this long after dispatch
+    /// (drawn uniformly from the range: what is left of each caller's budget) is answered
+    /// at once without work (504), its own time that wait.
+    budget: Option<(u64, u64)>,
 }
 
 /// One request's times.
@@ -75,6 +138,8 @@ struct Req {
 
 const DONE: u8 = 0;
 const ANSWER: u8 = 1;
+/// A request's deadline passed while it waited in the app's own queue.
+const LATE: u8 = 2;
 
 impl Model {
     fn new(workers: usize, service: Service, seed: u64) -> Self {
@@ -97,6 +162,8 @@ impl Model {
             min_limit: usize::MAX,
             limits: Vec::new(),
             unique_paths: false,
+            callers: FilteringCallers::new(0.0),
+            budget: None,
         }
     }
 
@@ -130,6 +197,8 @@ impl Model {
         while self.own < l.limit() {
             let Some(id) = self.waiting.pop_front() else { break };
             self.max_wait = self.max_wait.max(now - self.requests[id].arrived);
+            self.callers.dispatched += 1;
+            self.callers.waited += now - self.requests[id].arrived;
             self.requests[id].dispatched = now;
             self.own += 1;
             if self.in_service < self.workers {
@@ -137,6 +206,10 @@ impl Model {
             } else {
                 self.app_queue.push_back(id);
                 self.peak_app_queue = self.peak_app_queue.max(self.app_queue.len());
+                if let Some((least, most)) = self.budget {
+                    let left = self.service_rng.random_range(least..=most);
+                    self.events.push(Reverse((now + left, LATE, id)));
+                }
             }
         }
         if !self.waiting.is_empty() {
@@ -154,17 +227,21 @@ impl Model {
             Arrivals::Saturated => true,
             Arrivals::Poisson(rate) => rate > capacity,
             Arrivals::Closed(_) => false,
+            Arrivals::Filtered { refusing, .. } => refusing,
         });
         let tick_every = 5 * MS;
         let mut next_tick = self.now() + tick_every;
         if self.next_arrival < self.now() {
             self.next_arrival = self.now();
         }
+        if self.callers.since < self.now() && !matches!(arrivals, Arrivals::Filtered { .. }) {
+            self.callers.since = self.now();
+        }
         loop {
             let next_event = self.events.peek().map_or(u64::MAX, |e| e.0 .0);
             let next_arrival = match arrivals {
                 Arrivals::Saturated | Arrivals::Closed(_) => u64::MAX,
-                Arrivals::Poisson(_) => self.next_arrival,
+                Arrivals::Poisson(_) | Arrivals::Filtered { .. } => self.next_arrival,
             };
             let at = next_event.min(next_arrival).min(next_tick);
             if at >= to {
@@ -174,7 +251,13 @@ impl Model {
             self.clock.set(at);
             if at == next_event {
                 let Reverse((_, kind, id)) = self.events.pop().expect("peeked");
-                if kind == DONE {
+                if kind == LATE {
+                    if let Some(i) = self.app_queue.iter().position(|&q| q == id) {
+                        self.app_queue.remove(i);
+                        self.own -= 1;
+                        self.answer(l, id);
+                    }
+                } else if kind == DONE {
                     self.in_service -= 1;
                     if let Some(next) = self.app_queue.pop_front() {
                         self.start_service(next);
@@ -192,13 +275,39 @@ impl Model {
                 }
             } else if at == next_arrival {
                 self.arrive();
-                if let Arrivals::Poisson(rate) = arrivals {
+                let rate = match arrivals {
+                    Arrivals::Poisson(rate) => rate,
+                    Arrivals::Filtered { .. } => self.callers.admit.max(1.0),
+                    _ => 0.0,
+                };
+                if rate > 0.0 {
                     let u: f64 = self.arrivals_rng.random_range(1e-9..1.0);
                     self.next_arrival = at + ((-u.ln()) / rate * 1e9) as u64 + 1;
                 }
             } else {
                 next_tick += tick_every;
                 l.tick(at);
+                if let (Arrivals::Filtered { offered, .. }, Some(share)) =
+                    (arrivals, self.callers.follow_limit)
+                {
+                    let per_slot = match self.service {
+                        Service::Fixed(ns) | Service::Exp(ns) => 1e9 / ns as f64,
+                    };
+                    let admit = share * l.limit().min(self.workers) as f64 * per_slot;
+                    if (admit.min(offered) - self.callers.admit).abs() > 0.5 {
+                        self.callers.admit = admit.min(offered);
+                        let u: f64 = self.arrivals_rng.random_range(1e-9..1.0);
+                        self.next_arrival = at + ((-u.ln()) / admit.max(1.0) * 1e9) as u64 + 1;
+                    }
+                } else if let Arrivals::Filtered { offered, .. } = arrivals {
+                    if at >= self.callers.since + self.callers.window {
+                        self.callers.close_window(at, offered);
+                        // (Memoryless: the next arrival is drawn again at the new rate.)
+                        let u: f64 = self.arrivals_rng.random_range(1e-9..1.0);
+                        let rate = self.callers.admit.max(1.0);
+                        self.next_arrival = at + ((-u.ln()) / rate * 1e9) as u64 + 1;
+                    }
+                }
             }
             match arrivals {
                 Arrivals::Saturated => {
@@ -211,7 +320,7 @@ impl Model {
                         self.arrive();
                     }
                 }
-                Arrivals::Poisson(_) => {}
+                Arrivals::Poisson(_) | Arrivals::Filtered { .. } => {}
             }
             self.dispatch(l);
             let limit = l.limit();
@@ -224,6 +333,7 @@ impl Model {
 
     fn answer(&mut self, l: &mut AdaptiveLimit, id: usize) {
         let now = self.now();
+        self.callers.answered += 1;
         let r = &mut self.requests[id];
         r.answered = Some(now);
         let rtt = Duration::from_nanos(now - r.dispatched);
@@ -668,6 +778,52 @@ fn debug_trace() {
 
 #[test]
 #[ignore]
+fn debug_filtered() {
+    let var = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let mut l = adaptive(256);
+    let service = if var("EXP", 0) == 1 { Service::Exp(40 * MS) } else { Service::Fixed(40 * MS) };
+    let mut m = Model::new(4, service, var("SEED", 0));
+    if var("BUDGET", 0) > 0 {
+        m.budget = Some((var("BUDGET_MIN", 5) * MS, var("BUDGET", 0) * MS));
+    }
+    m.run(&mut l, 2_000 * MS, Arrivals::Poisson(50.0));
+    if var("RAMP", 0) == 1 {
+        m.run(&mut l, 2_500 * MS, Arrivals::Poisson(90.0));
+        m.run(&mut l, 3_500 * MS, Arrivals::Poisson(105.0));
+        m.run(&mut l, 5_000 * MS, Arrivals::Poisson(120.0));
+    } else {
+        m.run(
+            &mut l,
+            var("CLOSED_UNTIL", 3_500) * MS,
+            Arrivals::Closed(var("CLIENTS", 16) as usize),
+        );
+    }
+    eprintln!("before the cut: {:?} {:?}", l.status(), m.limits);
+    m.reset_counts();
+    let cut = m.now();
+    m.callers = FilteringCallers::new(var("ADMIT", 60) as f64);
+    m.callers.share = var("SHARE", 90) as f64 / 100.0;
+    m.callers.reopen = var("REOPEN", 105) as f64 / 100.0;
+    m.callers.since = cut;
+    let offered = var("OFFERED", 600) as f64;
+    let refusing = var("REFUSING", 1) == 1;
+    m.run(&mut l, cut + var("BINDS", 1_000) * MS, Arrivals::Filtered { offered, refusing });
+    if var("FOLLOW", 0) > 0 {
+        m.callers.follow_limit = Some(var("FOLLOW", 0) as f64 / 100.0);
+    }
+    let end = cut + 10_000 * MS;
+    m.run(&mut l, end, Arrivals::Filtered { offered, refusing: var("LATER", 0) == 1 });
+    eprintln!(
+        "{:?}\nbelow 4: {} ms; admit {:.0}\n{:?}",
+        l.status(),
+        time_below(&m.limits, 4, end) / MS,
+        m.callers.admit,
+        m.limits
+    );
+}
+
+#[test]
+#[ignore]
 fn debug_settles() {
     let mut l = adaptive(256);
     let mut m = Model::new(64, Service::Fixed(10 * MS), 1);
@@ -689,6 +845,72 @@ fn an_app_flooded_from_the_start_leaves_the_ceiling() {
         m.run(&mut l, 2_500 * MS, Arrivals::Poisson(1_200.0));
         assert!(l.limit() <= 8, "seed {seed}: {:?} {:?}", l.status(), m.limits);
         assert!(m.app_queue.len() <= 4, "seed {seed}: app queue {}", m.app_queue.len());
+    }
+}
+
+/// Issue 19's 6x collapse (a quiet multi-hop run: B's limit fell from 10 to 1 within
+/// 300 ms of its level's hard cut and sat at 2-3 on 4 workers): the bottleneck B (4 workers
+/// x 40 ms) with its queue in its app behind a loose cut, when its level cuts hard (it
+/// refuses for the window of the cut) and the callers' caches then let through only a
+/// trickle, and after it a tenth less than B completes at its limit. Whatever B's
+/// completions say while the callers filter, its limit stays at its workers. (A guard: it
+/// passes on the code before the tightening kept the floor too; no model tried here
+/// reproduced the collapse. See docs/design.md, "B's in-flight limit behind filtering
+/// callers".)
+#[test]
+fn no_fixed_point_below_the_apps_concurrency_behind_filtering_callers() {
+    for seed in 0..4 {
+        let mut l = adaptive(256);
+        let mut m = Model::new(4, Service::Fixed(40 * MS), seed);
+        m.run(&mut l, 2_000 * MS, Arrivals::Poisson(50.0));
+        // What the caller's workers hold at once, the level open: the queue in B's app
+        // behind a loose cut made a second and more ago.
+        m.run(&mut l, 2_500 * MS, Arrivals::Closed(14));
+        let now = m.now();
+        l.trial = None;
+        l.limit = 10;
+        l.changed_at = now;
+        l.loose = Some(now - 1_500 * MS);
+        m.run(&mut l, 3_000 * MS, Arrivals::Closed(14));
+        // B's level cuts: the callers let through a trickle (the level refuses, for the
+        // window of the cut), then what B completes at its limit, less a tenth.
+        m.callers = FilteringCallers::new(10.0);
+        m.callers.since = m.now();
+        m.reset_counts();
+        let cut = m.now();
+        m.run(&mut l, cut + 500 * MS, Arrivals::Filtered { offered: 600.0, refusing: true });
+        m.callers.follow_limit = Some(0.9);
+        let end = cut + 6_000 * MS;
+        m.run(&mut l, end, Arrivals::Filtered { offered: 600.0, refusing: false });
+        let below = time_below(&m.limits, 4, end);
+        assert!(
+            below <= 500 * MS,
+            "seed {seed}: below 4 workers for {} ms: {:?} {:?}",
+            below / MS,
+            l.status(),
+            m.limits
+        );
+    }
+}
+
+/// **A known gap** (found while looking for the 6x collapse): a deadline-aware app (the
+/// multi-hop runner's) answers a request whose deadline passed while it waited in the app's
+/// own queue at once, 504 and no work. Those answers reach the limit as answers: their own
+/// time is what was left of the budget, so the mean own time stays near the baseline and
+/// the completion rate counts them. A closed loop of 16 on 4 workers x 40 ms, budgets of
+/// 5-100 ms: the limit never leaves its ceiling and the app's queue stays in the app, where
+/// the level does not see it (the pattern of the multi-hop runs whose B sat at 256 with its
+/// level open and X ending in `b-504`). The limit has no status to tell them apart.
+#[test]
+#[ignore = "known gap: an app's fast 504s for requests past their deadline hide its queue"]
+fn a_deadline_aware_apps_late_answers_do_not_hide_its_queue() {
+    for seed in 0..3 {
+        let mut l = adaptive(256);
+        let mut m = Model::new(4, Service::Fixed(40 * MS), seed);
+        m.budget = Some((5 * MS, 100 * MS));
+        m.run(&mut l, 2_000 * MS, Arrivals::Poisson(50.0));
+        m.run(&mut l, 6_000 * MS, Arrivals::Closed(16));
+        assert!(l.limit() <= 8, "seed {seed}: {:?} {:?}", l.status(), m.limits);
     }
 }
 
