@@ -371,6 +371,276 @@ fn news_goes_stale_after_an_eighth_of_the_expiry() {
     assert_eq!(c.level_news("b"), None);
 }
 
+/// When a door cap is lifted after its last cut: the hold, then the windows whose offsets
+/// (1, 3, 6, 10, 15, 21, then 6 more a window) reach a business class.
+fn door_cap_lifts_after() -> Duration {
+    let mut elapsed = DOOR_CAP_HOLD;
+    while door_cap_climb(elapsed.as_micros() as u64).is_some() {
+        elapsed += Duration::from_millis(1);
+    }
+    elapsed
+}
+
+const OPEN: AdmissionLevel = AdmissionLevel::FULLY_OPEN;
+
+#[test]
+fn a_door_refusal_caps_the_route_just_above_it_then_the_cap_climbs_and_lifts() {
+    let (d, clock) = deps(4, 4);
+    d.learn("/x", "b", "/b");
+    d.learn("/y", "c", "/c");
+    let none = |_: &str, _: &str| None;
+    assert_eq!(d.aggregated("/x", OPEN, none), OPEN, "nothing refused: nothing capped");
+    d.refused_at_door("/x", p(1, 120), OPEN);
+    assert_eq!(d.aggregated("/x", OPEN, none), level("1.119"), "just above the refused one");
+    assert_eq!(d.aggregated("/y", OPEN, none), OPEN, "another route keeps its level");
+    assert_eq!(d.aggregated("/x", level("1.20"), none), level("1.20"), "min(own, cap)");
+    d.refused_at_door("/x", p(2, 5), OPEN);
+    assert_eq!(d.door_cap("/x"), Some(level("1.119")), "a less important refusal: no change");
+    d.refused_at_door("/x", p(1, 60), OPEN);
+    assert_eq!(d.door_cap("/x"), Some(level("1.119")), "the same burst: one cut");
+    clock.advance(DOOR_CAP_CUT_INTERVAL);
+    d.refused_at_door("/x", p(1, 60), OPEN);
+    assert_eq!(d.door_cap("/x"), Some(level("1.103")), "one cut goes at most 16 levels");
+    d.refused_at_door("/x", p(1, 50), OPEN);
+    assert_eq!(d.door_cap("/x"), Some(level("1.103")), "one cut per interval");
+    clock.advance(DOOR_CAP_CUT_INTERVAL);
+    d.refused_at_door("/x", p(1, 100), OPEN);
+    assert_eq!(d.door_cap("/x"), Some(level("1.99")), "the refusals in a row walk it down");
+    clock.advance(DOOR_CAP_HOLD - Duration::from_millis(1));
+    assert_eq!(d.door_cap("/x"), Some(level("1.99")), "holds");
+    clock.advance(Duration::from_millis(1) + DOOR_CAP_CLIMB_WINDOW);
+    assert_eq!(d.door_cap("/x"), Some(level("1.100")), "then climbs by one user level");
+    clock.advance(DOOR_CAP_CLIMB_WINDOW * 3);
+    assert_eq!(d.door_cap("/x"), Some(level("1.109")), "by more each window (1, 3, 6, 10)");
+    // A refusal above the cap was let through before the callers knew it: no news.
+    d.refused_at_door("/x", p(1, 120), OPEN);
+    assert_eq!(d.door_cap("/x"), Some(level("1.109")));
+    clock.advance(DOOR_CAP_CLIMB_WINDOW);
+    assert_eq!(d.door_cap("/x"), Some(level("1.114")), "the climb goes on");
+    // One under it cuts again from where the climb is, and the hold restarts.
+    d.refused_at_door("/x", p(1, 110), OPEN);
+    assert_eq!(d.door_cap("/x"), Some(level("1.109")));
+    clock.advance(DOOR_CAP_HOLD + DOOR_CAP_CLIMB_WINDOW);
+    assert_eq!(d.door_cap("/x"), Some(level("1.110")), "held, then climbing again");
+    let since_cut = DOOR_CAP_HOLD + DOOR_CAP_CLIMB_WINDOW;
+    clock.advance(door_cap_lifts_after() - since_cut - Duration::from_millis(1));
+    let last = d.door_cap("/x").expect("not yet lifted");
+    assert!(last > level("2.100") && last < level("2.127"), "{last}");
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(d.door_cap("/x"), None, "a business class above its cut: lifted");
+    assert_eq!(d.aggregated("/x", OPEN, none), OPEN);
+    let lift = door_cap_lifts_after();
+    assert!(lift > Duration::from_secs(1) && lift <= Duration::from_millis(1500), "{lift:?}");
+}
+
+#[test]
+fn a_refusal_by_the_own_level_pins_the_cap_at_it() {
+    let (d, clock) = deps(4, 4);
+    d.learn("/x", "b", "/b");
+    d.refused_at_door("/x", p(2, 90), level("1.72"));
+    assert_eq!(d.door_cap("/x"), Some(level("1.72")), "the own level's cut");
+    // The own level opens again: the route's callers see it climb, not jump.
+    clock.advance(DOOR_CAP_HOLD + DOOR_CAP_CLIMB_WINDOW * 2);
+    assert_eq!(d.aggregated("/x", OPEN, |_, _| None), level("1.75"));
+}
+
+#[test]
+fn a_queue_pauses_the_climb() {
+    let (d, clock) = deps(4, 4);
+    d.learn("/x", "b", "/b");
+    d.queue_waits("/x");
+    assert_eq!(d.door_cap("/x"), None, "no cap: a queue alone never makes one");
+    d.refused_at_door("/x", p(1, 100), OPEN);
+    clock.advance(DOOR_CAP_HOLD + DOOR_CAP_CLIMB_WINDOW * 4);
+    assert_eq!(d.door_cap("/x"), Some(level("1.121")));
+    for _ in 0..40 {
+        d.queue_waits("/x");
+        clock.advance(DOOR_CAP_CLIMB_WINDOW / 2);
+    }
+    assert_eq!(d.door_cap("/x"), Some(level("1.121")), "no climb while requests wait");
+    clock.advance(DOOR_CAP_CLIMB_WINDOW);
+    assert_eq!(d.door_cap("/x"), Some(level("1.122")), "then slowly again, without a hold");
+}
+
+#[test]
+fn the_top_class_never_moves_the_cap_nor_is_capped() {
+    let (d, _clock) = deps(4, 4);
+    d.learn("/x", "b", "/b");
+    d.refused_at_door("/x", p(0, 90), OPEN);
+    assert_eq!(d.door_cap("/x"), None, "a refusal of the top class is the own level's");
+    d.refused_at_door("/x", p(1, 0), OPEN);
+    assert_eq!(d.door_cap("/x"), Some(level("1.111")), "16 below the refused class's top");
+    d.refused_at_door("/x", p(1, 0), level("0.50"));
+    assert_eq!(d.door_cap("/x"), Some(level("0.127")), "the own level's cut is its own");
+    d.refused_at_door("/unknown", p(3, 0), OPEN);
+    assert_eq!(d.door_cap("/unknown"), None, "a route without dependencies holds no slot");
+    assert_eq!(d.routes(), 1);
+}
+
+#[test]
+fn the_cap_combines_with_the_downstream_levels() {
+    let (d, _clock) = deps(4, 4);
+    d.learn("/x", "b", "/b");
+    d.refused_at_door("/x", p(2, 120), OPEN);
+    let b_at = |l: &'static str| move |_: &str, _: &str| Some(level(l));
+    assert_eq!(d.aggregated("/x", OPEN, b_at("1.5")), level("1.5"));
+    assert_eq!(d.aggregated("/x", OPEN, b_at("3.5")), level("2.119"));
+}
+
+#[derive(Debug, Clone)]
+enum CapStep {
+    /// The door refused a request of route `r` at a priority, the own level at a level.
+    Refused(usize, Priority, AdmissionLevel),
+    /// Requests wait in the sidecar's queue as a response of route `r` is stamped.
+    Queued(usize),
+    /// Time passes (milliseconds).
+    Wait(u16),
+}
+
+fn cap_step() -> impl Strategy<Value = CapStep> {
+    let near = || (0u8..4, 0u8..128).prop_map(|(b, u)| p(b, u));
+    let own = prop_oneof![Just(OPEN), near().prop_map(AdmissionLevel::new)];
+    prop_oneof![
+        3 => (0usize..3, prop_oneof![near(), priority()], own)
+            .prop_map(|(r, q, own)| CapStep::Refused(r, q, own)),
+        1 => (0usize..3).prop_map(CapStep::Queued),
+        2 => (0u16..400).prop_map(CapStep::Wait),
+    ]
+}
+
+/// An event of the naive model's replay.
+#[derive(Debug, Clone, Copy)]
+enum CapEvent {
+    Refused(Priority, AdmissionLevel),
+    Queued,
+}
+
+proptest! {
+    /// Against a naive model of each route's cap (every refusal kept with its time and the
+    /// own level; the cap at `t` replays them in order: each cuts to the lowest of the
+    /// replayed cap, the own level and the refused class's top, less at most 16 (nothing
+    /// less within 100 ms of the last cut), and not below just above the refused one nor
+    /// into the top class; a cut that changes nothing keeps the last one's time; then holds
+    /// 250 ms and climbs 1, 3, 6, ... then 6 a window of 50 ms, lifted a class above its
+    /// cut): the door cap is the model's at every step, and what matters holds whatever
+    /// the sequence (queues pausing the climb between them): the top class is never
+    /// capped; right after a refusal the cap admits no more than the level it was refused
+    /// under; between refusals the cap only
+    /// climbs; a route whose door refused nothing, and whose queue held nothing, for the
+    /// lift time is not capped; a route
+    /// without dependencies never is.
+    #[test]
+    fn the_door_cap_matches_a_naive_model(steps in prop::collection::vec(cap_step(), 1..120)) {
+        let (d, clock) = deps(4, 4);
+        let routes = ["/r0", "/r1", "/unlearnt"];
+        d.learn(routes[0], "b", "/b");
+        d.learn(routes[1], "b", "/b");
+        let mut refusals: Vec<Vec<(u64, Priority, AdmissionLevel)>> = vec![Vec::new(); 3];
+        let mut events: Vec<Vec<(u64, CapEvent)>> = vec![Vec::new(); 3];
+        let mut now = 0u64;
+        let mut previous: Vec<Option<AdmissionLevel>> = vec![None; 3];
+        for step in steps {
+            let mut refused_now = None;
+            match step {
+                CapStep::Refused(r, q, own) => {
+                    d.refused_at_door(routes[r], q, own);
+                    refusals[r].push((now, q, own));
+                    events[r].push((now, CapEvent::Refused(q, own)));
+                    refused_now = Some(r);
+                }
+                CapStep::Queued(r) => {
+                    d.queue_waits(routes[r]);
+                    events[r].push((now, CapEvent::Queued));
+                }
+                CapStep::Wait(ms) => {
+                    clock.advance(Duration::from_millis(u64::from(ms)));
+                    now += u64::from(ms) * 1_000;
+                }
+            }
+            for r in 0..3 {
+                let cap = d.door_cap(routes[r]);
+                if r == 2 {
+                    prop_assert_eq!(cap, None);
+                    continue;
+                }
+                prop_assert_eq!(cap, model_cap(&events[r], now), "route {}", r);
+                if let Some(cap) = cap {
+                    prop_assert!(cap.admits(p(0, 127)), "the top class passes: {}", cap);
+                }
+                if let (Some(true), Some(&(_, q, own))) = (refused_now.map(|n| n == r), refusals[r].last()) {
+                    if q.business > 0 {
+                        let bound = own.priority().min(Priority { business: q.business, user: 127 });
+                        prop_assert!(
+                            cap.is_some_and(|c| c.priority() <= bound.max(p(0, 127))),
+                            "{} refused under {}: cap {:?}", q, own, cap
+                        );
+                    }
+                }
+                let lift = door_cap_lifts_after().as_micros() as u64;
+                let quiet = |(at, e): &(u64, CapEvent)| {
+                    now - at >= lift || matches!(e, CapEvent::Refused(q, _) if q.business == 0)
+                };
+                if events[r].iter().all(quiet) {
+                    prop_assert_eq!(cap, None);
+                }
+                if refused_now != Some(r) {
+                    // Between refusals the cap only climbs (None: lifted, the top).
+                    let rank = |c: Option<AdmissionLevel>| c.map_or(u32::MAX, |c| u32::from(c.compound()));
+                    prop_assert!(rank(cap) >= rank(previous[r]));
+                }
+                previous[r] = cap;
+            }
+        }
+    }
+}
+
+/// The naive model's cap at `now` (micros) after `events`.
+fn model_cap(events: &[(u64, CapEvent)], now: u64) -> Option<AdmissionLevel> {
+    let mut cap: Option<(i64, u64)> = None;
+    for &(at, event) in events.iter().filter(|(at, _)| *at <= now) {
+        let replayed = cap.and_then(|(cut, since)| climbed(cut, at - since).map(|c| (c, since)));
+        let (q, own) = match event {
+            CapEvent::Refused(q, own) if q.business > 0 => (q, own),
+            CapEvent::Refused(..) => continue,
+            CapEvent::Queued => {
+                // Paused: where it is, climbing again from the first window.
+                if let Some((c, since)) = replayed {
+                    if at - since >= 250_000 {
+                        cap = Some((i64::from(c.compound()), at - 250_000));
+                    }
+                }
+                continue;
+            }
+        };
+        let mut level = i64::from(q.business) * 128 + 127;
+        level = level.min(i64::from(own.compound()));
+        if let Some((c, _)) = replayed {
+            level = level.min(i64::from(c.compound()));
+        }
+        let same_burst = replayed.is_some_and(|(_, since)| at - since < 100_000);
+        let just_above = i64::from(q.compound()) - 1;
+        let cut = if same_burst { level } else { just_above.max(level - 16).min(level) }.max(127);
+        cap = match replayed {
+            Some((c, since)) if i64::from(c.compound()) == cut => Some((cap.unwrap().0, since)),
+            _ => Some((cut, at)),
+        };
+    }
+    cap.and_then(|(cut, since)| climbed(cut, now - since))
+}
+
+/// The model's climb: the cut plus the offset the climb has reached, `None` once lifted.
+fn climbed(cut: i64, elapsed: u64) -> Option<AdmissionLevel> {
+    let hold = DOOR_CAP_HOLD.as_micros() as u64;
+    let window = DOOR_CAP_CLIMB_WINDOW.as_micros() as u64;
+    let windows = if elapsed < hold { 0 } else { (elapsed - hold) / window };
+    let mut offset = 0i64;
+    for w in 1..=windows.min(1000) as i64 {
+        offset += w.min(6);
+    }
+    let level = cut + offset;
+    (offset < 128 && level < 32767).then(|| AdmissionLevel::from_compound(level as u16).unwrap())
+}
+
 fn holds() -> (RouteHolds<ManualClock>, ManualClock) {
     let clock = ManualClock::new();
     (RouteHolds::new(4, clock.clone()), clock)
