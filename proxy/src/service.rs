@@ -212,8 +212,7 @@ impl<A: AppClient> Inbound<A> {
             (Some(routes), Some(route)) => {
                 if let Some(RefusedHere(priority)) = response.extensions().get() {
                     routes.refused_at_door(&route, *priority, own);
-                } else if self.shared.limit.queued() > self.shared.limit.limit() {
-                    // More wait than are served at once: no room for more of the route.
+                } else if self.shared.limit.queued() > 0 {
                     routes.queue_waits(&route);
                 }
                 let headers = response.headers_mut();
