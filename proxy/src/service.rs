@@ -111,11 +111,6 @@ pub struct ConnState {
 /// What a layer answers instead of passing the request on.
 type Early = Response<ResponseBody>;
 
-/// Marks a refusal made by this sidecar's own door (not by a downstream's level), with the
-/// refused request's priority: per-route levels cap the route by it.
-#[derive(Clone, Copy)]
-struct RefusedHere(Priority);
-
 /// Indices into [`Inbound::asked`].
 const ASKED_TIMEOUT: usize = 0;
 const ASKED_BUSINESS: usize = 1;
@@ -206,16 +201,10 @@ impl<A: AppClient> Inbound<A> {
         };
         let mut response = self.handle(&conn, req, route.as_deref(), spared).await;
         let own = self.shared.engine.level();
-        let level_name = self.refusals.level_name().clone();
-        response.headers_mut().insert(level_name, self.refusals.level_value(own));
+        let headers = response.headers_mut();
+        headers.insert(self.refusals.level_name().clone(), self.refusals.level_value(own));
         match (&self.routes, route) {
             (Some(routes), Some(route)) => {
-                if let Some(RefusedHere(priority)) = response.extensions().get() {
-                    routes.refused_at_door(&route, *priority, own);
-                } else if self.shared.limit.queued() > 0 {
-                    routes.queue_waits(&route);
-                }
-                let headers = response.headers_mut();
                 let level = routes.aggregated(&route, own, spared);
                 if let Ok(value) = http::HeaderValue::from_str(&route) {
                     headers.insert(route_level::ROUTE, value);
@@ -225,7 +214,6 @@ impl<A: AppClient> Inbound<A> {
             // Never passed on from the app: they speak for this sidecar only. (Looked for
             // by name first: a comparison per header, not two hashed lookups per response.)
             _ => {
-                let headers = response.headers_mut();
                 let is_route =
                     |k: &HeaderName| k == route_level::ROUTE || k == route_level::ROUTE_LEVEL;
                 if headers.keys().any(is_route) {
@@ -517,13 +505,7 @@ impl<A: AppClient> Inbound<A> {
         };
         self.shared.audit.record(priority.business, outcome);
         let (status, headers) = self.refusals.refusal_head_after(grpc, reason, wait);
-        let mut early = respond(status, headers);
-        // Per-route levels: this door's own refusals cap the route's advertised level
-        // (`serve` hands them over; see `RouteState::refused_at_door`).
-        if self.routes.is_some() && reason != ShedReason::RouteLevel {
-            early.extensions_mut().insert(RefusedHere(priority));
-        }
-        early
+        respond(status, headers)
     }
 
     fn error(&self, error: WeirError, grpc: bool) -> Early {
