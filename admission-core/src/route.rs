@@ -39,7 +39,7 @@ use std::time::Duration;
 use crate::clock::{Clock, Nanos};
 use crate::downstream::{DownstreamLevels, Observation};
 use crate::engine::shard::Padded;
-use crate::priority::{AdmissionLevel, Priority, MAX_USER, USER_LEVELS};
+use crate::priority::{AdmissionLevel, Priority};
 
 /// Default bound on the routes with dependencies.
 pub const DEFAULT_MAX_ROUTES: usize = 64;
@@ -94,9 +94,6 @@ struct RouteSlot {
     deps: RwLock<Vec<Dependency>>,
     /// When the door last let a request of this route through as a probe (micros + 1).
     last_probe: AtomicU64,
-    /// The route's door cap ([`DoorCap`]), packed: the cut level's compound plus one in
-    /// the high 16 bits (0: no cut), the cut's time (micros) in the low 48.
-    door_cap: AtomicU64,
 }
 
 /// What the door does with a request ([`RouteDependencies::door`]).
@@ -277,70 +274,14 @@ impl<C: Clock> RouteDependencies<C> {
         RouteDoor::Refuse
     }
 
-    /// `min(own, the route's dependencies' fresh cached levels, the route's door cap)`.
+    /// `min(own, the route's dependencies' fresh cached levels)`.
     pub fn aggregated(
         &self,
         route: &str,
         own: AdmissionLevel,
         cached: impl Fn(&str, &str) -> Option<AdmissionLevel>,
     ) -> AdmissionLevel {
-        let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
-        let Some(slot) = routes.get(route) else { return own };
-        let now = now_micros(&self.clock);
-        let capped = DoorCap::unpack(slot.door_cap.load(Relaxed))
-            .and_then(|cap| cap.at(now))
-            .map_or(own, |cap| cap.min(own));
-        let deps = slot.deps.read().unwrap_or_else(|p| p.into_inner());
-        deps.iter()
-            .filter(|d| d.expires_at_micros.load(Relaxed) > now)
-            .filter_map(|d| cached(&d.authority, &d.route))
-            .fold(capped, AdmissionLevel::min)
-    }
-
-    /// This sidecar refused a request of `route` at `priority` itself (its own level `own`,
-    /// its queue's door, a wait its budget could not afford: not a downstream's level): the
-    /// route's door cap comes down towards it, so the callers that cache the route's level
-    /// refuse what this door would ([`DoorCap`]). Only routes with dependencies are capped
-    /// (their slots are bounded); the top business class never moves the cap.
-    pub fn refused_at_door(&self, route: &str, priority: Priority, own: AdmissionLevel) {
-        if priority.business == 0 {
-            return;
-        }
-        let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
-        let Some(slot) = routes.get(route) else { return };
-        let now = now_micros(&self.clock);
-        let mut packed = slot.door_cap.load(Relaxed);
-        loop {
-            let next = DoorCap::after_refusal(DoorCap::unpack(packed), priority, own, now).pack();
-            match slot.door_cap.compare_exchange_weak(packed, next, Relaxed, Relaxed) {
-                Ok(_) => return,
-                Err(seen) => packed = seen,
-            }
-        }
-    }
-
-    /// Requests wait in this sidecar's queue now: a capped route's cap stops climbing (it
-    /// climbs again from where it is, slowly, once the queue is empty). A cap climbs to let
-    /// more of the route in, and a queue says there is no room for more: without the
-    /// pause, the own level (open while the callers' caches keep its arrivals low) lets a
-    /// queue build for a second before it cuts, while the cap climbs into it.
-    pub fn queue_waits(&self, route: &str) {
-        let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
-        let Some(slot) = routes.get(route) else { return };
-        let packed = slot.door_cap.load(Relaxed);
-        let Some(cap) = DoorCap::unpack(packed) else { return };
-        let now = now_micros(&self.clock);
-        if let Some(paused) = cap.paused(now) {
-            // Lost to a concurrent refusal or pause: theirs is as new.
-            let _ = slot.door_cap.compare_exchange(packed, paused.pack(), Relaxed, Relaxed);
-        }
-    }
-
-    /// The route's door cap now, if it holds one.
-    pub fn door_cap(&self, route: &str) -> Option<AdmissionLevel> {
-        let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
-        let slot = routes.get(route)?;
-        DoorCap::unpack(slot.door_cap.load(Relaxed))?.at(now_micros(&self.clock))
+        self.lowest(route, cached).map_or(own, |l| l.min(own))
     }
 
     /// `true` iff a fresh dependency of `route` has a cached level that does not admit
@@ -417,137 +358,6 @@ impl<C: Clock> std::fmt::Debug for RouteDependencies<C> {
             .field("counters", &self.counters())
             .finish()
     }
-}
-
-/// How long a door cap holds at its cut before it climbs.
-pub const DOOR_CAP_HOLD: Duration = Duration::from_millis(250);
-/// The door cap climbs once per window...
-pub const DOOR_CAP_CLIMB_WINDOW: Duration = Duration::from_millis(50);
-/// ...by one compound level more than the window before, up to this many a window: slow
-/// near the cut, where the door last refused, then about a business class in 1.1 s.
-pub const DOOR_CAP_CLIMB_MAX_STEP: u32 = 6;
-/// One cut goes at most this many compound levels (an eighth of a business class) below
-/// the route's level: a request the door refused for its wait or its budget may be an
-/// important one that came in behind a burst, so one refusal says little; the door's
-/// refusals in a row walk the cap down to where they stop...
-pub const DOOR_CAP_MAX_CUT: u16 = 16;
-/// ...one cut per this interval: the refusals of one burst (a queue that overflowed at
-/// once, its waiters' budgets running out together) are one piece of evidence, not dozens.
-pub const DOOR_CAP_CUT_INTERVAL: Duration = Duration::from_millis(100);
-
-/// A middle hop's cap on the level it advertises for one route, from what its own door
-/// refuses of that route (issue 19: a route's refusals move to the entry).
-///
-/// Why: the sidecar's own level is sized on the app's whole load, and its queue's door
-/// refuses by expected wait and budget, not by level. So a route whose downstream is the
-/// bottleneck can sit under an own level that admits more of it than the app gets through
-/// (the app's workers wait on the downstream): the door refuses the rest, while the level
-/// the callers cache (min(own, downstreams')) says nothing of it, and every such refusal is
-/// a request the callers sent across the network for nothing. And when the own level opens
-/// after a cut (its arrivals are what the callers' caches let through, so its window reads
-/// as room), the callers let the route's whole held-back demand in at once, and the own
-/// level cuts again on a full queue. The door's refusals are the evidence in both cases:
-/// a refusal of priority `p` cuts the route's cap to just above `p`, but at most
-/// [`DOOR_CAP_MAX_CUT`] below the route's level (the own level, the cap, the top of `p`'s
-/// business class, whichever is lowest) and at most once per [`DOOR_CAP_CUT_INTERVAL`]
-/// (between cuts a refusal only pins the cap at that level), never into the top business
-/// class; a refusal by the own level itself so pins the cap at the own level. The callers'
-/// caches then refuse it at their end. A sidecar that refuses nothing never cuts (a
-/// healthy app is never capped).
-///
-/// The cap then holds for [`DOOR_CAP_HOLD`] and climbs one window
-/// ([`DOOR_CAP_CLIMB_WINDOW`]) at a time by 1, 2, 3 ... up to [`DOOR_CAP_CLIMB_MAX_STEP`]
-/// compound levels a window: the first windows probe a few user levels above the cut (a
-/// user level is 1/128 of its business class: user priorities are a keyed hash, spread
-/// evenly), so a steady overload is refused again close to where it was, and an opening
-/// own level reaches the callers a business class a second rather than all at once. A cap
-/// that has climbed a whole business class above its cut without a refusal is lifted
-/// (about 1.45 s after the last refusal). Any refusal meanwhile cuts again from where the
-/// climb is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DoorCap {
-    /// The level the cap was cut to (compound).
-    cut: u16,
-    /// When (micros).
-    at_micros: u64,
-}
-
-const DOOR_CAP_TIME_BITS: u32 = 48;
-const DOOR_CAP_TIME_MASK: u64 = (1 << DOOR_CAP_TIME_BITS) - 1;
-
-impl DoorCap {
-    /// The cap after a refusal of `priority` at `now` (micros), where the cap was `before`
-    /// (`None`: none, or lifted) and the own level `own`.
-    pub fn after_refusal(
-        before: Option<DoorCap>,
-        priority: Priority,
-        own: AdmissionLevel,
-        now: u64,
-    ) -> DoorCap {
-        let cap = before.and_then(|b| b.at(now));
-        let class_top = Priority { business: priority.business, user: MAX_USER }.compound();
-        let level = cap.map_or(own, |c| c.min(own)).compound().min(class_top);
-        let top_class_whole = Priority { business: 0, user: MAX_USER }.compound();
-        let interval = DOOR_CAP_CUT_INTERVAL.as_micros() as u64;
-        let cut = match before {
-            // Cut lately: this refusal is of the same burst; it pins the cap at most.
-            Some(b) if cap.is_some() && now.saturating_sub(b.at_micros) < interval => level,
-            _ => priority
-                .compound()
-                .saturating_sub(1)
-                .max(level.saturating_sub(DOOR_CAP_MAX_CUT))
-                .min(level),
-        }
-        .max(top_class_whole);
-        match before {
-            // Unchanged: the hold and the climb go on from the cut.
-            Some(b) if cap.is_some_and(|c| c.compound() == cut) => b,
-            _ => DoorCap { cut, at_micros: now },
-        }
-    }
-
-    /// The cap paused at `now` (micros): where it is, its climb restarting from the first
-    /// window (no new hold: nothing was refused). `None`: nothing to change (lifted, or
-    /// still in its hold).
-    pub fn paused(self, now: u64) -> Option<DoorCap> {
-        let hold = DOOR_CAP_HOLD.as_micros() as u64;
-        if now.saturating_sub(self.at_micros) < hold {
-            return None;
-        }
-        let cut = self.at(now)?.compound();
-        Some(DoorCap { cut, at_micros: now.saturating_sub(hold) })
-    }
-
-    /// The cap at `now` (micros): `None` once lifted.
-    pub fn at(self, now: u64) -> Option<AdmissionLevel> {
-        let offset = door_cap_climb(now.saturating_sub(self.at_micros))?;
-        let level = u32::from(self.cut) + offset;
-        if level >= u32::from(AdmissionLevel::FULLY_OPEN.compound()) {
-            return None;
-        }
-        AdmissionLevel::from_compound(level as u16)
-    }
-
-    fn pack(self) -> u64 {
-        (u64::from(self.cut) + 1) << DOOR_CAP_TIME_BITS | (self.at_micros & DOOR_CAP_TIME_MASK)
-    }
-
-    fn unpack(packed: u64) -> Option<DoorCap> {
-        let cut = packed >> DOOR_CAP_TIME_BITS;
-        (cut != 0)
-            .then(|| DoorCap { cut: (cut - 1) as u16, at_micros: packed & DOOR_CAP_TIME_MASK })
-    }
-}
-
-/// How far (compound levels) a door cap has climbed `elapsed` micros after its cut;
-/// `None` once it has climbed a whole business class (lifted).
-pub fn door_cap_climb(elapsed: u64) -> Option<u32> {
-    let hold = DOOR_CAP_HOLD.as_micros() as u64;
-    let windows = elapsed.saturating_sub(hold) / DOOR_CAP_CLIMB_WINDOW.as_micros() as u64;
-    let windows = windows.min(u64::from(USER_LEVELS)) as u32;
-    let ramp = windows.min(DOOR_CAP_CLIMB_MAX_STEP);
-    let offset = ramp * (ramp + 1) / 2 + (windows - ramp) * DOOR_CAP_CLIMB_MAX_STEP;
-    (offset < u32::from(USER_LEVELS)).then_some(offset)
 }
 
 /// What one response's route headers did to the per-route cache.

@@ -111,28 +111,8 @@ impl RouteState {
         spared && own.priority().business > 0
     }
 
-    /// This sidecar's inbound refused a request of `route` at `priority` itself (its level,
-    /// its queue, a budget its wait could not afford): the route's advertised level comes
-    /// down to just above it for a while, so callers that cache it refuse that at their end
-    /// ([`admission_core::route::DoorCap`]). Not for refusals by the route's downstreams'
-    /// levels (`route-level`): those levels are advertised already.
-    pub fn refused_at_door(&self, route: &str, priority: Priority, own: AdmissionLevel) {
-        if self.enabled {
-            self.deps.refused_at_door(route, priority, own);
-        }
-    }
-
-    /// Requests wait in the sidecar's queue now: `route`'s door cap, if any, stops
-    /// climbing ([`RouteDependencies::queue_waits`]).
-    pub fn queue_waits(&self, route: &str) {
-        if self.enabled {
-            self.deps.queue_waits(route);
-        }
-    }
-
-    /// The level to stamp on `route`'s responses: min(own, its downstreams', its door cap),
-    /// without the own level while it spares the route (`spared`: [`Self::spared_now`] at
-    /// its door).
+    /// The level to stamp on `route`'s responses: min(own, its downstreams'), without the
+    /// own level while it spares the route (`spared`: [`Self::spared_now`] at its door).
     pub fn aggregated(&self, route: &str, own: AdmissionLevel, spared: bool) -> AdmissionLevel {
         if !self.enabled {
             return own;
