@@ -91,6 +91,18 @@ impl ControlLoop {
         self.adaptive().on_waiting();
     }
 
+    /// The app answered that the request's deadline passed before it did the work (a 504, or
+    /// gRPC's DEADLINE_EXCEEDED in a trailers-only answer): a completion for the engine's
+    /// count, but no sample of the app's time for the in-flight limit. Such answers take
+    /// what the request's budget had left, not the app's work, and a deadline-aware app
+    /// whose own queue is long gives many of them: counted as samples they held the mean
+    /// own time near the baseline and the limit's completion rate at several times what
+    /// the app served, so the limit stayed at its ceiling with the queue inside the app,
+    /// where the queuing-time signal cannot see it.
+    pub fn on_deadline_answer(&self, engine: &AdmissionEngine<MonotonicClock>) {
+        engine.record_completion();
+    }
+
     /// The app's response headers arrived `rtt` after dispatch, of which it spent
     /// `downstream` waiting on its downstreams; `route` is the request's route
     /// ([`route_key`] of its path): each route's own time is judged against its own

@@ -570,8 +570,9 @@ impl<A: AppClient> Inbound<A> {
                 return self.error(WeirError::AppTimeout, grpc);
             }
         };
-        exchange.headers_received(caller_waited.map_or(Duration::ZERO, |w| w.get()));
         let (mut head, body) = response.into_parts();
+        let waited = caller_waited.map_or(Duration::ZERO, |w| w.get());
+        exchange.headers_received(waited, exchange::is_deadline_answer(&head));
         crate::forward_headers::clean_response(&mut head.headers);
         // The app's HTTP version is the app connection's business: an HTTP/1.0 app's
         // response, written as HTTP/1.0, would cost an HTTP/1.1 caller its keep-alive

@@ -4,7 +4,9 @@
 //!   response headers is the app's time (neither the caller's upload nor its download is
 //!   in it): it feeds the app-time estimate and the engine's completion count, and, less
 //!   what the app spent waiting on its downstreams (with the egress role on), the adaptive
-//!   in-flight limit.
+//!   in-flight limit. An answer that the request's deadline passed (504, gRPC status 4)
+//!   feeds neither estimate, only the completion count: its time is the budget that was
+//!   left, not the app's work.
 //! - [`AppExchange::done`]: the app's response ended, or its caller has read nothing for
 //!   the app's typical time ([`AppExchange::stall_grace`]); the slot is released.
 //! - [`AppExchange::failed`]: the app failed, timed out, or the response could not be
@@ -61,15 +63,21 @@ impl AppExchange {
     }
 
     /// The app's response headers arrived; it spent `caller_waited` of the time since the
-    /// dispatch waiting for the caller's body, which is not its own time.
-    pub(super) fn headers_received(&mut self, caller_waited: Duration) {
+    /// dispatch waiting for the caller's body, which is not its own time. `deadline_answer`:
+    /// the app said the request's deadline passed (`is_deadline_answer`): no sample of its
+    /// time (see `ControlLoop::on_deadline_answer`).
+    pub(super) fn headers_received(&mut self, caller_waited: Duration, deadline_answer: bool) {
         if std::mem::replace(&mut self.answered, true) {
             return;
         }
-        let took = self.dispatched.elapsed().saturating_sub(caller_waited);
         let downstream = self.end_visit();
-        self.shared.app_time.record(took);
         let shared = &self.shared;
+        if deadline_answer {
+            shared.control.on_deadline_answer(&shared.engine);
+            return;
+        }
+        let took = self.dispatched.elapsed().saturating_sub(caller_waited);
+        self.shared.app_time.record(took);
         let route = Some(self.route);
         shared.control.on_response(took, downstream, route, &shared.engine, &shared.limit);
     }
@@ -112,5 +120,37 @@ impl Drop for AppExchange {
                 drop(slot);
             });
         }
+    }
+}
+
+/// Whether the app's answer says the request's deadline passed before the work was done:
+/// HTTP 504, or a trailers-only gRPC answer with `grpc-status: 4` (DEADLINE_EXCEEDED) in
+/// its head.
+pub(super) fn is_deadline_answer(head: &http::response::Parts) -> bool {
+    head.status == http::StatusCode::GATEWAY_TIMEOUT
+        || head.headers.get("grpc-status").is_some_and(|v| v.as_bytes() == b"4")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_deadline_answer;
+
+    fn head(status: u16, grpc_status: Option<&str>) -> http::response::Parts {
+        let mut b = http::Response::builder().status(status);
+        if let Some(s) = grpc_status {
+            b = b.header("grpc-status", s);
+        }
+        b.body(()).expect("valid").into_parts().0
+    }
+
+    #[test]
+    fn a_deadline_answer_is_a_504_or_a_trailers_only_deadline_exceeded() {
+        assert!(is_deadline_answer(&head(504, None)));
+        assert!(is_deadline_answer(&head(200, Some("4"))));
+        assert!(!is_deadline_answer(&head(200, None)));
+        assert!(!is_deadline_answer(&head(200, Some("0"))));
+        assert!(!is_deadline_answer(&head(200, Some("14"))));
+        assert!(!is_deadline_answer(&head(503, None)));
+        assert!(!is_deadline_answer(&head(500, None)));
     }
 }
