@@ -28,10 +28,7 @@
 //!   - the cut did not bind throughout, and the own time did not come down at least halfway
 //!     to what a queue predicts (`old mean x new limit / old in-flight`): the latency was
 //!     not the app's queue (it got slower, the machine was busy). The cut is undone, the
-//!     baseline is what was measured, and what the app held before is the floor;
-//!   - a search step that did not bind throughout, its own time down far enough: the search
-//!     ends there (headroom back, never below the floor). Demand that fell away during it
-//!     (callers that refuse beyond the level) measured nothing of the knee.
+//!     baseline is what was measured, and what the app held before is the floor.
 //! - **It probes upwards** while the limit binds throughout an interval (requests waited
 //!   in the sidecar while the app held all the limit allowed) and the app's own time did
 //!   not rise: a quarter more per interval, up to the ceiling. So a wrong cut, or an app
@@ -55,8 +52,7 @@
 //!   applies to an overload's queue.
 //! - **The floor** is the most the app held at once in an interval whose own time did not
 //!   rise, nor in the next one (latency lags concurrency), over the horizon (and at least
-//!   `floor`): neither a suspicion's cut nor a loose cut's tightening goes below it, and a
-//!   search step that did not bind leaves it as it was.
+//!   `floor`): a suspicion never cuts below it.
 //!
 //! There is no fixed point below the app's concurrency need: below it, requests wait in the
 //! sidecar while the app answers at its no-queue time, which is the probe's condition, and
@@ -693,10 +689,7 @@ impl AdaptiveLimit {
         };
         if tighten {
             self.loose = None;
-            // (Not below the floor, as a suspicion's cut: the interval's rate is what
-            // arrived, and in the window of a hard cut of the level, behind callers that
-            // refuse beyond it, that is a trickle; its `served` could be one.)
-            let target = (served.ceil() as usize).max(self.floor());
+            let target = (served.ceil() as usize).max(self.cfg.floor);
             let ref_rate = self.recent_rate(now, (4.0 * mean) as u64);
             if target < self.limit && (target as f64) < held {
                 let _ = self.start_trial(now, self.limit, mean, held, ref_rate, target);
@@ -901,19 +894,18 @@ impl AdaptiveLimit {
         }
         if after <= (t.before_mean + expected) / 2.0 {
             // Kept. A search step that did not bind throughout says nothing of the
-            // throughput, nor of where the knee is: the search ends here, with the headroom
-            // back (not below the floor) and this own time as the baseline. It does not go
-            // on, and the floor stays: a step whose target is above what the app held makes
-            // `expected` exceed an own time that did not change, so "it fell in proportion"
-            // read as a queue whenever demand fell away during the search (behind callers
-            // whose egress refuses beyond this level, what arrives is what it lets through,
-            // and each step looked free). A step that did not bind leaves the floor be.
+            // throughput: while its own time still fell in proportion (a queue), the search
+            // goes on; once it did not, the queue is about gone: headroom back, and this
+            // own time is the baseline.
             if t.to_the_knee {
-                self.remember_baseline(now, after);
-                let with_headroom = (t.target as f64 * (1.0 + self.cfg.headroom)).ceil();
-                self.limit = (with_headroom as usize)
-                    .max(self.floor())
-                    .clamp(t.target, t.prev.max(t.target));
+                if after <= expected * (1.0 + PROPORTIONAL) {
+                    self.free_cut(now, t, after, t.target as f64 / after * 1e9);
+                } else {
+                    self.confirmed = true;
+                    self.remember_baseline(now, after);
+                    let with_headroom = (t.target as f64 * (1.0 + self.cfg.headroom)).ceil();
+                    self.limit = (with_headroom as usize).clamp(t.target, t.prev.max(t.target));
+                }
             }
             return;
         }
