@@ -83,6 +83,11 @@ pub struct SimConfig {
     /// `(on ms, off ms)`: bursts. Within each phase the load runs for `on` ms, then nothing
     /// arrives for `off` ms, repeated (the phase's load is the burst's, not the average).
     pub on_off: Option<(u64, u64)>,
+    /// A caller in front that runs weir's egress: it refuses, before sending, every request
+    /// beyond the level the sidecar advertised this long ago (the level travels on
+    /// responses, so the caller hears of a change late). The sidecar's histogram is then
+    /// censored, as a downstream's behind a propagating caller.
+    pub caller_lag: Option<Duration>,
 }
 
 impl Default for SimConfig {
@@ -105,6 +110,7 @@ impl Default for SimConfig {
             slowdown: None,
             stall: None,
             on_off: None,
+            caller_lag: None,
         }
     }
 }
@@ -278,6 +284,11 @@ pub struct Summary {
     pub windows: Vec<WindowReport>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub trace: Vec<TracePoint>,
+    /// Behind a caller (`SimConfig::caller_lag`), steady period: of the requests that
+    /// reached the sidecar, the share it refused (its level, door or queue), after the
+    /// caller had sent them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refused_of_received: Option<f64>,
 }
 
 /// How one request ended.
@@ -408,8 +419,18 @@ pub fn run(cfg: &SimConfig) -> Summary {
     };
     let mut next_arrival = next_arrival_after(&mut rng, 0);
     let stall = cfg.stall.map(|(from, len)| (from * MS, (from + len) * MS));
+    // The levels the sidecar advertised and since when (a level is recorded at the first
+    // event after the one that changed it): the caller applies the newest one advertised at
+    // least `caller_lag` ago, the front of the queue once older ones are dropped.
+    let caller_lag_ns = cfg.caller_lag.map(|lag| lag.as_nanos() as u64);
+    let mut advertised: VecDeque<(u64, AdmissionLevel)> =
+        VecDeque::from([(0, AdmissionLevel::FULLY_OPEN)]);
+    let mut refused_by_caller: Vec<bool> = Vec::new();
 
     while now < end {
+        if advertised.back().is_some_and(|&(_, level)| level != engine.level()) {
+            advertised.push_back((now, engine.level()));
+        }
         let next_done = in_service.peek().map_or(u64::MAX, |d| d.0 .0);
         let next_give_up = give_ups.peek().map_or(u64::MAX, |g| g.0 .0);
         now = next_arrival.min(next_done).min(next_tick).min(next_give_up);
@@ -461,8 +482,19 @@ pub fn run(cfg: &SimConfig) -> Summary {
             r.expiry = policy.expiry(&r.waiter());
             requests.push(r);
             ends.push(None);
+            refused_by_caller.push(false);
             let w = &mut windows[second];
             w.offered += 1;
+            if let Some(lag) = caller_lag_ns {
+                while advertised.len() > 1 && advertised[1].0 + lag <= now {
+                    advertised.pop_front();
+                }
+                if p.compound() > advertised[0].1.compound() {
+                    ends[id as usize] = Some(End::Refused(now));
+                    refused_by_caller[id as usize] = true;
+                    continue;
+                }
+            }
             if engine.admit(p) == Decision::Shed {
                 ends[id as usize] = Some(End::Refused(now));
                 continue;
@@ -583,7 +615,20 @@ pub fn run(cfg: &SimConfig) -> Summary {
             .map(|(&o, &k)| if o == 0 { 1.0 } else { k as f64 / o as f64 })
             .collect();
     }
-    summarize(cfg, windows, trace, &requests, &ends, &limit)
+    let mut summary = summarize(cfg, windows, trace, &requests, &ends, &limit);
+    if cfg.caller_lag.is_some() {
+        let steady = summary.steady_from as u64 * SEC;
+        let (mut received, mut refused) = (0u64, 0u64);
+        for ((r, e), &by_caller) in requests.iter().zip(&ends).zip(&refused_by_caller) {
+            if r.arrival < steady || r.deadline > end || by_caller {
+                continue;
+            }
+            received += 1;
+            refused += u64::from(matches!(e, Some(End::Refused(_))));
+        }
+        summary.refused_of_received = Some(refused as f64 / received.max(1) as f64);
+    }
+    summary
 }
 
 // === summary ===
@@ -765,6 +810,7 @@ fn summarize(
         phase_end_limit,
         windows,
         trace,
+        refused_of_received: None,
     }
 }
 
