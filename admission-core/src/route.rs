@@ -32,7 +32,7 @@
 //! Routes longer than [`MAX_ROUTE_LEN`] are never tracked (counted).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering::Relaxed};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
@@ -914,6 +914,16 @@ impl<C: Clock> RouteHolds<C> {
         spared.iter().map(|r| r.to_string()).collect()
     }
 
+    /// `route`'s smoothed answers per second and whether it is heavy (its requests wait on
+    /// downstreams above half the slowest route's wait, and above [`HOLD_MIN_WAIT`]) at the
+    /// last closed window; `None` for a route not followed.
+    pub fn figures(&self, route: &str) -> Option<(f64, bool)> {
+        let smoothed = self.smoothed.lock().unwrap_or_else(|p| p.into_inner());
+        let r = smoothed.get(route)?;
+        let slowest = smoothed.values().map(|r| r.wait).fold(0.0, f64::max);
+        Some((r.rate, slowest >= HOLD_MIN_WAIT && r.wait > LIGHT_WAIT * slowest))
+    }
+
     /// Routes followed (those with smoothed figures: each closed window adds the new ones,
     /// at most `max_routes`).
     pub fn routes(&self) -> usize {
@@ -971,6 +981,221 @@ fn close_window(routes: &mut HashMap<Box<str>, RouteHold>, secs: f64, share: f64
         return Vec::new();
     }
     routes.iter().filter(|(_, r)| !heavy(r)).map(|(name, _)| name.clone()).collect()
+}
+
+/// How often a route's backlog cap moves (at most; it moves when a response of the route is
+/// stamped, so a route without answers keeps its cap until a probe's answer comes).
+pub const BACKLOG_STEP: Duration = Duration::from_millis(50);
+/// Compound levels a backlog cut takes off: a quarter of a business class (its users are
+/// spread over 128 user levels), so one cut sheds a part of a class, not a class.
+const BACKLOG_CUT: u16 = 32;
+/// After a cut, the next waits this long: the callers hear of a cut only on this hop's
+/// answers, and what already queued still drains, so a queue still long right after a cut
+/// is no evidence that the cut was too small.
+pub const BACKLOG_SETTLE: Duration = Duration::from_millis(200);
+/// Compound levels a cap climbs per step once the route's queue is short: a class in
+/// 1.6 s, as fast as it cuts, so one climb does not let a flood in at once.
+const BACKLOG_RAISE: u16 = 4;
+/// A route's queue is long when more of its requests wait at this hop than it answers in
+/// this long...
+const BACKLOG_LONG: f64 = 0.1;
+/// ...and at least this many (a few waiters are no backlog at any rate)...
+const BACKLOG_MIN_WAITERS: u32 = 4;
+/// ...and short (the cap climbs) at or below what it answers in this long.
+const BACKLOG_SHORT: f64 = 0.03;
+/// The cap never goes below this: the top business class is never refused by it.
+const BACKLOG_FLOOR: u16 = Priority { business: 0, user: crate::priority::MAX_USER }.compound();
+
+/// A cap per route on the level a middle hop advertises for it, from the route's own
+/// queue at this hop (docs/design.md, "Per-route levels": a route's backlog cap).
+///
+/// The advertised route level is min(own level, the route's downstreams'); neither says
+/// when one route sends more than its downstream serves while the hop's own level stays
+/// open (the hop's in-flight limit holds the route's calls to the downstream's pace, the
+/// downstream never queues, and the route's requests queue here until their budget runs
+/// out and the door refuses them). The queue per route says it at once: while a route
+/// that waits on slow downstreams (`heavy`, [`RouteHolds`]) has a long queue here that is
+/// not shorter than at the last cut, its cap steps down ([`BACKLOG_CUT`] at most once per
+/// [`BACKLOG_SETTLE`], from the least important priority that queued, never into the top
+/// class), so the callers' caches refuse the route's lowest priorities before they come;
+/// while its queue is short, the cap climbs back ([`BACKLOG_RAISE`] per [`BACKLOG_STEP`])
+/// and lapses once it admits every priority that queued while it was set (not at the
+/// hop's own level: that swings open while the callers' caches hold the route back, and
+/// a cap that lapsed with it let the whole route in at once). Not the hop's own refusals:
+/// those come when the queue is already full.
+///
+/// Bounded: at most `max_routes` routes (a full table reclaims a route with nothing
+/// queued and no cap; else the new one is not followed and has no cap).
+pub struct RouteBacklog<C: Clock> {
+    clock: C,
+    max_routes: usize,
+    routes: RwLock<HashMap<Box<str>, std::sync::Arc<RouteQueue>>>,
+}
+
+/// One route's queue at this hop and its cap.
+#[derive(Debug)]
+pub struct RouteQueue {
+    /// Requests of the route waiting in this hop's queue now.
+    waiting: AtomicU32,
+    /// The least important priority that queued since the last step, plus one (0: none).
+    least_queued: AtomicU16,
+    /// The cap (a compound level; [`AdmissionLevel::FULLY_OPEN`]: none).
+    cap: AtomicU16,
+    /// When the cap last moved or held (nanoseconds, plus one; 0: never).
+    last_step: AtomicU64,
+    /// When the cap was last cut (nanoseconds, plus one; 0: never).
+    last_cut: AtomicU64,
+    /// `waiting` at the last cut (a queue shorter since is not cut again).
+    waiting_at_cut: AtomicU32,
+    /// The least important priority that queued since the cap was last open, plus one.
+    least_while_set: AtomicU16,
+}
+
+/// A request of a route waiting in the queue: counted in the route's queue until dropped.
+#[derive(Debug)]
+pub struct Waiting(std::sync::Arc<RouteQueue>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Relaxed);
+    }
+}
+
+impl RouteQueue {
+    fn new() -> Self {
+        RouteQueue {
+            waiting: AtomicU32::new(0),
+            least_queued: AtomicU16::new(0),
+            cap: AtomicU16::new(AdmissionLevel::FULLY_OPEN.compound()),
+            last_step: AtomicU64::new(0),
+            last_cut: AtomicU64::new(0),
+            waiting_at_cut: AtomicU32::new(0),
+            least_while_set: AtomicU16::new(0),
+        }
+    }
+
+    fn idle(&self) -> bool {
+        self.waiting.load(Relaxed) == 0
+            && self.cap.load(Relaxed) == AdmissionLevel::FULLY_OPEN.compound()
+    }
+}
+
+// === impl RouteBacklog ===
+
+impl<C: Clock> RouteBacklog<C> {
+    pub fn new(max_routes: usize, clock: C) -> Self {
+        RouteBacklog { clock, max_routes, routes: RwLock::new(HashMap::new()) }
+    }
+
+    /// A request of `route` with `priority` starts to wait in this hop's queue; it counts
+    /// in the route's queue until the returned guard is dropped. `None` for a route not
+    /// followed (bad, or the table is full of busy routes).
+    pub fn enter(&self, route: &str, priority: Priority) -> Option<Waiting> {
+        if !valid_route(route) {
+            return None;
+        }
+        let queue = {
+            let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
+            routes.get(route).cloned()
+        };
+        let queue = match queue {
+            Some(q) => q,
+            None => {
+                let mut routes = self.routes.write().unwrap_or_else(|p| p.into_inner());
+                if !routes.contains_key(route) && routes.len() >= self.max_routes {
+                    let idle = routes.iter().find(|(_, q)| q.idle()).map(|(r, _)| r.clone());
+                    routes.remove(&idle?);
+                }
+                routes.entry(route.into()).or_insert_with(|| RouteQueue::new().into()).clone()
+            }
+        };
+        queue.waiting.fetch_add(1, Relaxed);
+        let least = priority.compound().saturating_add(1);
+        queue.least_queued.fetch_max(least, Relaxed);
+        queue.least_while_set.fetch_max(least, Relaxed);
+        Some(Waiting(queue))
+    }
+
+    /// The route's cap now (stepped first if [`BACKLOG_STEP`] has passed since its last
+    /// step). `others`: the route's level without the cap (min(own, downstreams')); `rate`
+    /// and `heavy`: the route's answers per second and whether its requests wait on slow
+    /// downstreams ([`RouteHolds::figures`], read only when the cap steps).
+    pub fn cap(
+        &self,
+        route: &str,
+        others: AdmissionLevel,
+        figures: impl FnOnce() -> Option<(f64, bool)>,
+    ) -> AdmissionLevel {
+        let open = AdmissionLevel::FULLY_OPEN;
+        let queue = {
+            let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
+            match routes.get(route) {
+                Some(q) => q.clone(),
+                None => return open,
+            }
+        };
+        let now = self.clock.now();
+        let last = queue.last_step.load(Relaxed);
+        let due = last == 0
+            || now.saturating_add(1).saturating_sub(last) >= BACKLOG_STEP.as_nanos() as u64;
+        if due
+            && queue
+                .last_step
+                .compare_exchange(last, now.saturating_add(1), Relaxed, Relaxed)
+                .is_ok()
+        {
+            let waiting = queue.waiting.load(Relaxed);
+            let least = queue.least_queued.swap(0, Relaxed);
+            let cap = queue.cap.load(Relaxed);
+            let (rate, heavy) = figures().unwrap_or((0.0, false));
+            let long = waiting >= BACKLOG_MIN_WAITERS && f64::from(waiting) > rate * BACKLOG_LONG;
+            let last_cut = queue.last_cut.load(Relaxed);
+            let settled = last_cut == 0
+                || now.saturating_add(1).saturating_sub(last_cut)
+                    >= BACKLOG_SETTLE.as_nanos() as u64;
+            // Shorter than at the last cut: that cut is working.
+            let draining = cap != open.compound() && waiting < queue.waiting_at_cut.load(Relaxed);
+            if heavy && long && settled && !draining {
+                // From the least important priority that had to wait (or the levels above
+                // it): the cut lands among what actually comes.
+                let anchor = if least == 0 { u16::MAX } else { least - 1 };
+                let from = cap.min(others.compound()).min(anchor);
+                queue.cap.store(from.saturating_sub(BACKLOG_CUT).max(BACKLOG_FLOOR), Relaxed);
+                queue.last_cut.store(now.saturating_add(1), Relaxed);
+                queue.waiting_at_cut.store(waiting, Relaxed);
+            } else if f64::from(waiting) <= rate * BACKLOG_SHORT && cap != open.compound() {
+                let up = cap.saturating_add(BACKLOG_RAISE);
+                // Once it admits every priority that queued while it was set, it binds
+                // nothing: it lapses.
+                let least_set = queue.least_while_set.load(Relaxed);
+                if least_set == 0 || up >= least_set - 1 || up >= open.compound() {
+                    queue.cap.store(open.compound(), Relaxed);
+                    queue.least_while_set.store(0, Relaxed);
+                    queue.waiting_at_cut.store(0, Relaxed);
+                } else {
+                    queue.cap.store(up, Relaxed);
+                }
+            }
+        }
+        AdmissionLevel::from_compound(queue.cap.load(Relaxed)).unwrap_or(open)
+    }
+
+    /// Requests of `route` waiting now (for status and tests).
+    pub fn waiting(&self, route: &str) -> u32 {
+        let routes = self.routes.read().unwrap_or_else(|p| p.into_inner());
+        routes.get(route).map_or(0, |q| q.waiting.load(Relaxed))
+    }
+
+    /// Routes followed.
+    pub fn routes(&self) -> usize {
+        self.routes.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+}
+
+impl<C: Clock> std::fmt::Debug for RouteBacklog<C> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RouteBacklog").field("routes", &self.routes()).finish()
+    }
 }
 
 impl<C: Clock> std::fmt::Debug for RouteHolds<C> {

@@ -497,3 +497,176 @@ fn a_window_never_holds_half_a_sample() {
     check(&h);
     assert_eq!(drained, THREADS * SAMPLES);
 }
+
+fn backlog() -> (RouteBacklog<ManualClock>, ManualClock) {
+    let clock = ManualClock::new();
+    (RouteBacklog::new(2, clock.clone()), clock)
+}
+
+#[test]
+fn a_heavy_route_whose_queue_grows_is_capped_from_what_queued_never_into_the_top_class() {
+    let (b, clock) = backlog();
+    let others = AdmissionLevel::FULLY_OPEN;
+    // 100 answers a second: a queue of 10 is 100 ms of them. 13 wait, the least important
+    // at 2.64.
+    let mut held: Vec<Waiting> = (0..12).map(|_| b.enter("/x", p(1, 5)).unwrap()).collect();
+    held.push(b.enter("/x", p(2, 64)).unwrap());
+    let heavy = || Some((100.0, true));
+    assert_eq!(b.cap("/x", others, heavy), level("2.32"));
+    // Within the step, and within the settle time after the cut: unchanged.
+    clock.advance(BACKLOG_STEP / 2);
+    assert_eq!(b.cap("/x", others, heavy), level("2.32"));
+    clock.advance(BACKLOG_STEP);
+    assert_eq!(b.cap("/x", others, heavy), level("2.32"));
+    // Settled, still as long: one more cut.
+    clock.advance(BACKLOG_SETTLE);
+    assert_eq!(b.cap("/x", others, heavy), level("2.0"));
+    // Shorter than at that cut (it works): held.
+    held.truncate(11);
+    clock.advance(BACKLOG_SETTLE);
+    assert_eq!(b.cap("/x", others, heavy), level("2.0"));
+    // Growing again, many cuts: stops at the top class's last user level.
+    for _ in 0..40 {
+        held.push(b.enter("/x", p(0, 3)).unwrap());
+        clock.advance(BACKLOG_SETTLE);
+        b.cap("/x", others, heavy);
+    }
+    assert_eq!(b.cap("/x", others, heavy), level("0.127"));
+    // Short queue: climbs 4 levels a step whatever the other levels (the own level opening
+    // does not lift it), and lapses once it admits 2.64, the least important that queued.
+    held.clear();
+    let mut climbed = 0;
+    loop {
+        clock.advance(BACKLOG_STEP);
+        let cap = b.cap("/x", level("1.10"), heavy);
+        if cap == AdmissionLevel::FULLY_OPEN {
+            break;
+        }
+        climbed += 1;
+        assert_eq!(cap.compound(), 127 + 4 * climbed);
+    }
+    assert_eq!(climbed, 48);
+    // Lapsed: a new cut starts from what queues now.
+    let _held: Vec<Waiting> = (0..12).map(|_| b.enter("/x", p(1, 100)).unwrap()).collect();
+    clock.advance(BACKLOG_SETTLE);
+    assert_eq!(b.cap("/x", others, heavy), level("1.68"));
+}
+
+#[test]
+fn a_light_route_or_a_short_queue_is_never_capped() {
+    let (b, clock) = backlog();
+    let open = AdmissionLevel::FULLY_OPEN;
+    let held: Vec<Waiting> = (0..30).map(|_| b.enter("/y", p(2, 0)).unwrap()).collect();
+    for _ in 0..10 {
+        clock.advance(BACKLOG_STEP);
+        // Light (waits on no slow downstream): its queue is the own level's business.
+        assert_eq!(b.cap("/y", open, || Some((100.0, false))), open);
+        // Heavy but 30 waiters are less than 100 ms of 400 answers a second.
+        assert_eq!(b.cap("/y", open, || Some((400.0, true))), open);
+    }
+    drop(held);
+    // Three waiters are no backlog even at a trickle.
+    let _few: Vec<Waiting> = (0..3).map(|_| b.enter("/z", p(2, 0)).unwrap()).collect();
+    clock.advance(BACKLOG_STEP);
+    assert_eq!(b.cap("/z", open, || Some((1.0, true))), open);
+    // A route never queued has no cap.
+    assert_eq!(b.cap("/w", open, || Some((1.0, true))), open);
+}
+
+#[test]
+fn backlog_state_is_bounded_and_counts_every_waiter_out() {
+    let (b, clock) = backlog();
+    let a = b.enter("/a", p(1, 0)).unwrap();
+    let c = b.enter("/b", p(1, 0)).unwrap();
+    // Full of routes with waiters: a third is not followed.
+    assert!(b.enter("/c", p(1, 0)).is_none());
+    assert!(b.enter("", p(1, 0)).is_none());
+    assert!(b.enter(&"/l".repeat(MAX_ROUTE_LEN), p(1, 0)).is_none());
+    drop(a);
+    // "/a" is idle (nothing waits, no cap): reclaimed for "/c".
+    let _c2 = b.enter("/c", p(1, 0)).unwrap();
+    assert_eq!(b.routes(), 2);
+    drop(c);
+    clock.advance(BACKLOG_STEP);
+    assert_eq!(
+        b.cap("/b", AdmissionLevel::FULLY_OPEN, || Some((1.0, true))),
+        AdmissionLevel::FULLY_OPEN
+    );
+}
+
+proptest! {
+    /// Against a naive model: the cap moves only on a step; down only for a heavy, long
+    /// queue not shorter than at the last cut, at most once per settle time, from the least
+    /// important priority that queued and never below the top class; up while the queue is
+    /// short, lapsing once it admits every priority that queued while set; and every waiter
+    /// is counted out when it leaves.
+    #[test]
+    fn the_backlog_cap_matches_a_naive_model(
+        ops in proptest::collection::vec(
+            (0u8..4, 0u8..3, 0u8..128, 1u16..400, any::<bool>()),
+            1..200,
+        ),
+    ) {
+        let (b, clock) = backlog();
+        let mut held: Vec<Waiting> = Vec::new();
+        let open = AdmissionLevel::FULLY_OPEN.compound();
+        let ns = |d: Duration| d.as_nanos() as u64;
+        let mut cap = open;
+        let (mut least, mut least_set, mut at_cut) = (0u16, 0u16, 0u32);
+        let (mut last_step, mut last_cut): (Option<u64>, Option<u64>) = (None, None);
+        let mut now: u64 = 0;
+        let mut known = false;
+        for (op, business, user, rate, heavy) in ops {
+            match op {
+                0 => {
+                    held.push(b.enter("/x", p(business, user)).unwrap());
+                    known = true;
+                    least = least.max(p(business, user).compound() + 1);
+                    least_set = least_set.max(p(business, user).compound() + 1);
+                }
+                1 => {
+                    held.pop();
+                }
+                2 => {
+                    let ms = u64::from(user);
+                    clock.advance(Duration::from_millis(ms));
+                    now += ms * 1_000_000;
+                }
+                _ => {
+                    let others = AdmissionLevel::from_compound(
+                        u16::from(business) * 128 + u16::from(user) + 128,
+                    )
+                    .unwrap();
+                    let rate = f64::from(rate);
+                    let got = b.cap("/x", others, || Some((rate, heavy)));
+                    let due = known && last_step.is_none_or(|l| now - l >= ns(BACKLOG_STEP));
+                    if due {
+                        last_step = Some(now);
+                        let waiting = held.len() as u32;
+                        let long = waiting >= 4 && f64::from(waiting) > rate * 0.1;
+                        let settled = last_cut.is_none_or(|l| now - l >= ns(BACKLOG_SETTLE));
+                        let draining = cap != open && waiting < at_cut;
+                        if heavy && long && settled && !draining {
+                            let anchor = if least == 0 { u16::MAX } else { least - 1 };
+                            cap = cap.min(others.compound()).min(anchor).saturating_sub(32).max(127);
+                            last_cut = Some(now);
+                            at_cut = waiting;
+                        } else if f64::from(waiting) <= rate * 0.03 && cap != open {
+                            if least_set == 0 || cap + 4 >= least_set - 1 {
+                                (cap, least_set, at_cut) = (open, 0, 0);
+                            } else {
+                                cap += 4;
+                            }
+                        }
+                        least = 0;
+                    }
+                    prop_assert_eq!(got.compound(), cap);
+                    prop_assert!(cap >= 127);
+                }
+            }
+        }
+        prop_assert_eq!(b.waiting("/x"), held.len() as u32);
+        drop(held);
+        prop_assert_eq!(b.waiting("/x"), 0);
+    }
+}
