@@ -22,8 +22,7 @@ use std::time::Duration;
 
 use admission_core::downstream::DownstreamLevels;
 use admission_core::route::{
-    RefusalAges, RetryMemory, RouteBacklog, RouteDependencies, RouteDoor, RouteHolds, RouteLevels,
-    Waiting, PROBE_DIVISOR,
+    RefusalAges, RetryMemory, RouteDependencies, RouteDoor, RouteHolds, RouteLevels, PROBE_DIVISOR,
 };
 use admission_core::table::normalize_path;
 use admission_core::{AdmissionLevel, MonotonicClock, Priority};
@@ -50,8 +49,6 @@ pub struct RouteState {
     /// How long each route's requests hold the app waiting on downstreams: which routes
     /// the own level spares.
     pub holds: RouteHolds<MonotonicClock>,
-    /// Each route's queue at this hop, and the cap it puts on the route's advertised level.
-    pub backlog: RouteBacklog<MonotonicClock>,
     /// How often a route the door refuses wholly on stale news lets a probe through.
     probe_every: Duration,
 }
@@ -76,7 +73,6 @@ impl RouteState {
             ),
             retries: RetryMemory::new(level_expiry, config.retry_memory, clock),
             holds: RouteHolds::new(config.max_routes, clock),
-            backlog: RouteBacklog::new(config.max_routes, clock),
             probe_every: level_expiry / PROBE_DIVISOR,
         }
     }
@@ -122,17 +118,7 @@ impl RouteState {
             return own;
         }
         let own = if self.spares(spared, own) { AdmissionLevel::FULLY_OPEN } else { own };
-        let others = self.deps.aggregated(route, own, |a, r| self.cached(a, r));
-        others.min(self.backlog.cap(route, others, || self.holds.figures(route)))
-    }
-
-    /// A request of `route` starts to wait in the queue (counted in the route's backlog
-    /// until the guard is dropped: [`RouteBacklog`]).
-    pub fn waiting(&self, route: &str, priority: Priority) -> Option<Waiting> {
-        if !self.enabled {
-            return None;
-        }
-        self.backlog.enter(route, priority)
+        self.deps.aggregated(route, own, |a, r| self.cached(a, r))
     }
 }
 

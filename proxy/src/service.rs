@@ -329,12 +329,6 @@ impl<A: AppClient> Inbound<A> {
             None => {
                 // Boxed: only a request that queues carries the wait's state (its timers,
                 // the queue's entry) in this future, which every request builds and moves.
-                // Counted in the route's queue while it waits: its advertised level's cap.
-                let _waiting = self
-                    .routes
-                    .as_ref()
-                    .zip(route)
-                    .and_then(|(r, route)| r.waiting(route, priority));
                 let watch = (parts.version < http::Version::HTTP_2).then_some(&mut body);
                 let queued = Box::pin(self.queued(conn, &waiter, watch, grpc, priority)).await;
                 match queued {
