@@ -47,9 +47,12 @@ pub fn place_of_refusal(label: Option<&str>, caller: &str, downstream: &str) -> 
         // The caller's own egress refused it from the downstream's cached level.
         Some("downstream-level") => format!("{caller}-egress-{downstream}"),
         Some("deadline") => format!("{downstream}-door-deadline"),
-        // weir's inbound in front of the downstream (its own level, or a level of the route's
-        // downstreams: per-route levels), or HAProxy's (no label).
-        Some("overload") | Some("route-level") | None => format!("{downstream}-door"),
+        // weir's inbound in front of the downstream by the level of the route's downstreams
+        // (per-route levels): told apart from its own level, which says the hop itself is
+        // saturated.
+        Some("route-level") => format!("{downstream}-door-route"),
+        // weir's inbound in front of the downstream by its own level, or HAProxy's (no label).
+        Some("overload") | None => format!("{downstream}-door"),
         Some(placed) => placed.to_string(),
     }
 }
@@ -436,7 +439,7 @@ mod tests {
         assert_eq!(place_of_refusal(Some("downstream-level"), "a", "b"), "a-egress-b");
         assert_eq!(place_of_refusal(Some("overload"), "a", "b"), "b-door");
         assert_eq!(place_of_refusal(None, "a", "b"), "b-door", "HAProxy writes no label");
-        assert_eq!(place_of_refusal(Some("route-level"), "client", "e"), "e-door");
+        assert_eq!(place_of_refusal(Some("route-level"), "client", "e"), "e-door-route");
         assert_eq!(place_of_refusal(Some("deadline"), "e", "a"), "a-door-deadline");
         assert_eq!(place_of_refusal(Some("a-egress-b"), "e", "a"), "a-egress-b");
         assert_eq!(place_of_refusal(None, "client", "e"), "e-door");

@@ -241,7 +241,9 @@ pub fn markdown(r: &MultihopResult) -> String {
         s.push_str(
             "\nWhere the failed requests ended (the clients' view: the place of each failed \
              request's last attempt, from the `x-weir-shed` labels the hops pass back; `*-door` \
-             is weir's inbound or HAProxy in front of that hop, `a-egress-b` A's egress, \
+             is weir's inbound (by that hop's own level) or HAProxy in front of that hop, \
+             `*-door-route` weir's inbound by the level of the route's downstreams, \
+             `*-door-deadline` the request's budget, `a-egress-b` A's egress, \
              `timeout` the client giving up, `a-late` A's own queue past the deadline), and each \
              weir sidecar's in-flight limit (median over the counted span, from `/metrics`) with \
              the longest queue seen in weir:\n\n\
