@@ -566,7 +566,7 @@ impl<A: AppClient> Inbound<A> {
                 return self.error(error, grpc);
             }
             Err(_) => {
-                exchange.failed();
+                exchange.timed_out();
                 return self.error(WeirError::AppTimeout, grpc);
             }
         };

@@ -9,8 +9,12 @@
 //!   left, not the app's work.
 //! - [`AppExchange::done`]: the app's response ended, or its caller has read nothing for
 //!   the app's typical time ([`AppExchange::stall_grace`]); the slot is released.
-//! - [`AppExchange::failed`]: the app failed, timed out, or the response could not be
-//!   delivered; the slot is released.
+//! - [`AppExchange::failed`]: the app failed, or the response could not be delivered; the
+//!   slot is released.
+//! - [`AppExchange::timed_out`]: the request's budget ran out before the app answered. The
+//!   app most likely still holds it (few apps notice a closed connection before they answer)
+//!   and will spend a service on it later, so the slot is held for the app's typical time
+//!   from now (see `timed_out`).
 //! - dropped without either: the caller left while the app was working on its request. The
 //!   app most likely still is (the connection to it is closed, but an app rarely notices
 //!   mid-request), so the slot is held for the app's expected remaining time, never longer
@@ -100,6 +104,38 @@ impl AppExchange {
     pub(super) fn failed(mut self) {
         self.slot = None;
     }
+
+    /// The request's budget ran out before the app's response headers. The app still holds
+    /// the request, most likely in its own queue (it answers in its order, not the
+    /// budgets'), and will work on it once it gets there. Releasing the slot at once (as
+    /// before) let the sidecar send another request into that queue for each one that timed
+    /// out there, which then timed out too: behind a bottleneck of 4 workers and a limit of
+    /// 10, the app came to hold 35-50 requests while the sidecar counted 2-10, 40-55 of them
+    /// started after their deadline, and its completions as the sidecar saw them fell to
+    /// about half the app's rate: the capacity estimate and the in-flight limit (once 1)
+    /// were measured on that (multihop-bench at 6x; docs/design.md, "Where the refusals not
+    /// made at the entry come from"). So the slot is held for the app's typical time from
+    /// now (capped at the task timeout like every sample of it): about when the app is done
+    /// with it, if it answers in its typical time. An app that cancels on a closed
+    /// connection only loses that much of a slot.
+    pub(super) fn timed_out(mut self) {
+        self.end_visit();
+        let Some(slot) = self.slot.take() else { return };
+        hold_slot(slot, self.shared.app_time.typical());
+    }
+}
+
+/// Gives `slot` back after `hold` (at once if it is zero, or outside a runtime).
+fn hold_slot(slot: Slot, hold: Duration) {
+    if hold.is_zero() {
+        return;
+    }
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            tokio::time::sleep(hold).await;
+            drop(slot);
+        });
+    }
 }
 
 impl Drop for AppExchange {
@@ -110,16 +146,7 @@ impl Drop for AppExchange {
         // had: releasing earlier lets the app's own queue grow unseen; holding longer would
         // let callers who hang up keep slots beyond the app's own service time.
         let typical = self.shared.app_time.typical();
-        let left = typical.saturating_sub(self.dispatched.elapsed());
-        if left.is_zero() {
-            return;
-        }
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                tokio::time::sleep(left).await;
-                drop(slot);
-            });
-        }
+        hold_slot(slot, typical.saturating_sub(self.dispatched.elapsed()));
     }
 }
 

@@ -319,7 +319,8 @@ async fn the_door_refuses_at_once_what_its_budget_cannot_wait_for() {
 /// A request queued behind a stalled app, its budget 200 ms and the app's time unknown, is
 /// refused as `deadline` exactly when its budget runs out, not a millisecond before, and
 /// never reaches the app. The stalled request itself is answered 504 at its own deadline,
-/// and its slot is free at once: the next one is served.
+/// and its slot is free at once (the app's time is not known yet: nothing to hold it for):
+/// the next one is served.
 #[tokio::test(start_paused = true)]
 async fn a_queued_request_is_refused_when_its_budget_runs_out_and_a_stall_at_its_deadline() {
     let s = sidecar(|_| {});
@@ -353,6 +354,37 @@ async fn a_queued_request_is_refused_when_its_budget_runs_out_and_a_stall_at_its
     assert_eq!(header(spent.headers(), "x-weir-shed"), Some("deadline"));
     assert_eq!(at, Instant::now());
     assert_eq!(s.app.paths().len(), 2);
+}
+
+/// A request the app has not answered by its deadline is answered 504 then, but the app
+/// most likely still holds it and will spend its typical time on it: the slot is held that
+/// long (100 ms here) after the 504, so the sidecar does not send the next request into
+/// the app's own queue behind it. The next one is served once the slot is back; a request
+/// the app answers in time gives its slot back at once as ever.
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_request_keeps_its_slot_for_the_apps_typical_time() {
+    let s = sidecar(|_| {});
+    s.send(get("/after/100", &[])).await.unwrap();
+    assert_eq!(s.shared().app_time.typical(), 100 * MS);
+
+    let start = Instant::now();
+    let stalled = s.send(get("/stall", &[(TIMEOUT, "300")]));
+    s.settle("the app holds one", |s| s.shared().limit.inflight() == 1).await;
+    let next = s.send(get("/after/10", &[(TIMEOUT, "1000")]));
+    s.settle("one waiting", |s| s.shared().limit.queued() == 1).await;
+
+    let (timed_out, at) = stalled.await.unwrap();
+    assert_eq!(timed_out.status(), StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(header(timed_out.headers(), "x-weir-error"), Some("app-timeout"));
+    assert_at(at, start, 300 * MS);
+    assert_eq!(s.shared().limit.inflight(), 1, "held after the 504");
+    assert_eq!(s.shared().limit.queued(), 1, "the next one still waits");
+
+    let (served, at) = next.await.unwrap();
+    assert_eq!(served.status(), StatusCode::OK);
+    assert_at(at, start, 410 * MS);
+    assert_eq!(s.shared().limit.inflight(), 0, "the slot is back");
+    assert_eq!(s.app.paths(), ["/after/100", "/stall", "/after/10"]);
 }
 
 /// A burst past what the app can serve in its budget: 40 requests at once with 150 ms each,
