@@ -267,12 +267,19 @@ async fn loop_on(
     let mut latency = histogram();
     let mut errors = 0;
     while Instant::now() < until {
-        let Some(request) = workload.request(&uri) else { break };
+        let Some(mut request) = workload.request(&uri) else { break };
         let sent = Instant::now();
         let response = match &mut sender {
             Sender::Http1(s) => {
                 if s.ready().await.is_err() {
                     break;
+                }
+                // hyper's connection-level client sends the URI as given and adds no `Host`;
+                // an HTTP/1.1 request without one is refused (400) by nginx and by weir.
+                if let Some(authority) = uri.authority() {
+                    if let Ok(host) = http::HeaderValue::from_str(authority.as_str()) {
+                        request.headers_mut().insert(http::header::HOST, host);
+                    }
                 }
                 s.send_request(request).await
             }
