@@ -11,7 +11,8 @@
 # The binary is built with the `image` profile (release without debug info, stripped, fat LTO in
 # one codegen unit) and, by default, profile-guided (scripts/pgo: an instrumented build runs
 # as a sidecar under the benchmark runners' workloads, then weir is built again with the
-# counts; ~12 min more on 2 cores). `--build-arg PGO=0` skips the training.
+# counts; scripts/pgo --quick took 8 min of a fresh-clone CI run on 2 cores, the full
+# training ~2 min more). `--build-arg PGO=0` skips the training.
 
 ARG RUST_VERSION=1.95
 

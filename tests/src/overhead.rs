@@ -266,6 +266,9 @@ async fn loop_on(
 ) -> (Histogram<u64>, u64) {
     let mut latency = histogram();
     let mut errors = 0;
+    // hyper's connection-level client sends the URI as given and adds no `Host`; an HTTP/1.1
+    // request without one is refused (by nginx with a 400, and by weir).
+    let host = uri.authority().and_then(|a| http::HeaderValue::from_str(a.as_str()).ok());
     while Instant::now() < until {
         let Some(mut request) = workload.request(&uri) else { break };
         let sent = Instant::now();
@@ -274,12 +277,8 @@ async fn loop_on(
                 if s.ready().await.is_err() {
                     break;
                 }
-                // hyper's connection-level client sends the URI as given and adds no `Host`;
-                // an HTTP/1.1 request without one is refused (400) by nginx and by weir.
-                if let Some(authority) = uri.authority() {
-                    if let Ok(host) = http::HeaderValue::from_str(authority.as_str()) {
-                        request.headers_mut().insert(http::header::HOST, host);
-                    }
+                if let Some(host) = &host {
+                    request.headers_mut().insert(http::header::HOST, host.clone());
                 }
                 s.send_request(request).await
             }
