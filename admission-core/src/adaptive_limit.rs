@@ -52,7 +52,9 @@
 //!   applies to an overload's queue.
 //! - **The floor** is the most the app held at once in an interval whose own time did not
 //!   rise, nor in the next one (latency lags concurrency), over the horizon (and at least
-//!   `floor`): a suspicion never cuts below it.
+//!   `floor`): a suspicion never cuts below it. While the level refuses, an interval that
+//!   bound throughout at the limit and rose contradicts every floor at or above that
+//!   limit, and they are forgotten (a peak held for a moment, or an app that got slower).
 //!
 //! There is no fixed point below the app's concurrency need: below it, requests wait in the
 //! sidecar while the app answers at its no-queue time, which is the probe's condition, and
@@ -651,6 +653,18 @@ impl AdaptiveLimit {
             }
         }
         let full = w.bound && w.full >= FULL;
+        // The floor contradicted: while the level refuses, the limit bound throughout and
+        // the app's own time rose at a concurrency the floor says it served without a rise
+        // (a peak an earlier interval held for a moment, or an app that got slower). That
+        // floor no longer stands for what the app serves, and kept, it holds the overload's
+        // queue in the app until a refresh (a second later). A cut is still an experiment,
+        // undone if the own time does not come down.
+        if self.refusing && rose && full && w.alone.answers == 0 {
+            let contradicted = self.limit;
+            for record in self.history.iter_mut().filter(|r| r.peak >= contradicted) {
+                record.peak = 0;
+            }
+        }
         // Saturated: the limit binds, and the sidecar's queue never ran dry for a whole
         // interval since.
         self.saturated_since = match (full, w.bound) {

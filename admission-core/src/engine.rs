@@ -74,6 +74,10 @@ struct BusyClock {
 /// their response intervals (they learn the new level from the next response).
 const CUT_GRACE_NS: u64 = 25_000_000;
 
+/// While the level already refuses, a window closes early only on a queue far past the
+/// threshold, or on one still at twice it this many early-close periods into the window.
+const STUCK_EARLY_PERIODS: u64 = 3;
+
 /// `record_queuing` checks the window's age on every this-many-th sample of a shard.
 const TIME_CHECK_EVERY: u64 = 64;
 
@@ -293,8 +297,14 @@ impl<C: Clock> AdmissionEngine<C> {
             // refuses nothing (the law judged the queue a burst the span has room for):
             // judge again soon, so a burst that turns out to be a step is cut within
             // another early window or two.
+            // A queue still at twice the threshold three early periods into a dialled
+            // window is no dial's noise: the level is far from where it has to be (a first
+            // cut that a burst's room held to a notch, while classes it admits whole
+            // overflow). A whole window of it is a second of waits past the bar.
             let dialling = self.overloaded.load(Relaxed) && self.level_binds();
-            if signal > self.enter_ns && (!dialling || signal > 8 * self.enter_ns) {
+            let far_off = signal > 8 * self.enter_ns
+                || (signal > 2 * self.enter_ns && age >= STUCK_EARLY_PERIODS * self.early_close_ns);
+            if signal > self.enter_ns && (!dialling || far_off) {
                 self.try_rollover(now, true);
             } else if self.app_has_room(now, age, depth) {
                 // The other way: the level is cut, yet the queue stayed empty and the app

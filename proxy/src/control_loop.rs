@@ -8,7 +8,8 @@
 //! [`ControlLoop::on_queued`] and [`ControlLoop::on_response`]. Everything here is a short
 //! lock around a pure struct.
 
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -28,7 +29,20 @@ pub struct ControlLoop {
     /// A middle hop's ceiling in force (the worker bound, or `max_inflight`), re-applied after
     /// a change of the limit; 0 until its first tick, and for any other sidecar.
     ceiling: AtomicUsize,
+    /// The app's answers so far (responses and deadline answers)...
+    answered: AtomicU64,
+    /// ...as the timer saw them at its last few ticks (the underfed test's span).
+    answered_at: Mutex<VecDeque<(Instant, u64)>>,
 }
+
+/// The span over which the app counts as underfed: four ticks (200 ms), long enough that
+/// a saturated app's count of answers varies by a few percent, short enough to catch a
+/// lull of the arrivals within a settle window (500 ms).
+const UNDERFED_TICKS: usize = 4;
+
+/// Underfed: over that span the app answered fewer than this share of its capacity
+/// estimate while the level refused.
+const UNDERFED_SHARE: f64 = 0.9;
 
 impl ControlLoop {
     /// `ceiling` is `inbound.max_inflight`; with `adaptive` off the limit stays there.
@@ -48,6 +62,8 @@ impl ControlLoop {
             // (lent slots included: its app holds a worker while it waits on a downstream).
             workers: Mutex::new(workers),
             ceiling: AtomicUsize::new(0),
+            answered: AtomicU64::new(0),
+            answered_at: Mutex::new(VecDeque::with_capacity(UNDERFED_TICKS + 1)),
         }
     }
 
@@ -100,6 +116,7 @@ impl ControlLoop {
     /// the app served, so the limit stayed at its ceiling with the queue inside the app,
     /// where the queuing-time signal cannot see it.
     pub fn on_deadline_answer(&self, engine: &AdmissionEngine<MonotonicClock>) {
+        self.answered.fetch_add(1, Relaxed);
         engine.record_completion();
     }
 
@@ -115,6 +132,7 @@ impl ControlLoop {
         engine: &AdmissionEngine<MonotonicClock>,
         limit: &InflightLimit,
     ) {
+        self.answered.fetch_add(1, Relaxed);
         engine.record_completion();
         let now = engine.clock().now();
         let held = limit.held();
@@ -153,6 +171,7 @@ impl ControlLoop {
             .oldest_waiting_since()
             .map_or(Duration::ZERO, |since| Instant::now().saturating_duration_since(since));
         engine.observe_queue(depth, oldest);
+        let underfed = self.underfed(engine);
         let next = {
             let mut adaptive = self.adaptive();
             if depth > 0 {
@@ -179,6 +198,7 @@ impl ControlLoop {
             adaptive.observe_held(engine.clock().now(), limit.held());
             let next = adaptive.tick(engine.clock().now());
             trace_change(&adaptive, limit, next, "tick");
+            limit.set_idle_below(if underfed { idle_workers_bound(&adaptive) } else { 0 });
             next
         };
         if next != limit.limit() {
@@ -186,6 +206,49 @@ impl ControlLoop {
             self.keep_ceiling(limit);
         }
     }
+}
+
+impl ControlLoop {
+    /// The level refuses, yet over the last `UNDERFED_TICKS` ticks the app answered under
+    /// `UNDERFED_SHARE` of the capacity estimate: the arrivals the level admits lull and the
+    /// app idles (its workers wait for work weir refuses). Only then may a refused request
+    /// take an idle worker: while the app is fed, a momentary gap is the queue's own
+    /// rhythm, and a refused request in it would only delay the next admitted one.
+    fn underfed(&self, engine: &AdmissionEngine<MonotonicClock>) -> bool {
+        let now = Instant::now();
+        let count = self.answered.load(Relaxed);
+        let mut seen = self.answered_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        seen.push_back((now, count));
+        while seen.len() > UNDERFED_TICKS + 1 {
+            seen.pop_front();
+        }
+        let Some(&(then, before)) = seen.front().filter(|_| seen.len() > UNDERFED_TICKS) else {
+            return false;
+        };
+        let secs = now.saturating_duration_since(then).as_secs_f64();
+        let capacity = engine.capacity_estimate().unwrap_or(0.0);
+        engine.level_binds()
+            && capacity > 0.0
+            && secs > 0.0
+            && (count.saturating_sub(before) as f64) < UNDERFED_SHARE * capacity * secs
+    }
+}
+
+/// While the limit binds on evidence (below its ceiling: the app's knee was found), what
+/// the app serves at once without a queue (its best completion rate times its own time
+/// without one): with fewer than that at the app a worker is idle, and a request the level
+/// refuses may take it (`InflightLimit::try_idle_slot`). Zero otherwise: a limit at its
+/// ceiling knows nothing of the app's workers (its own queue may be long), and a middle
+/// hop's workers also wait on its downstreams.
+fn idle_workers_bound(adaptive: &AdaptiveLimit) -> usize {
+    let status = adaptive.status();
+    if adaptive.middle_hop() || status.limit >= status.ceiling {
+        return 0;
+    }
+    // (Below the limit, which holds a headroom over it: a slot of the headroom is the app's
+    // own queue, and a refused request there would delay the next admitted one.)
+    let serves = status.completions_per_sec * status.baseline.as_secs_f64();
+    (serves.round() as usize).min(status.limit.saturating_sub(1))
 }
 
 /// Every change of the limit at debug level (`RUST_LOG=weir::limit=debug`), with what the

@@ -63,6 +63,9 @@ pub struct InflightLimit {
     /// While at most this many wait, the oldest is served first (zero: never; the queue
     /// policy's [`fifo_depth`](admission_core::queue_policy::QueuePolicy::fifo_depth)).
     fifo_up_to: AtomicUsize,
+    /// A request the level refuses may still take a free slot while fewer than this are
+    /// at the app (zero: never); see [`InflightLimit::try_idle_slot`].
+    idle_below: AtomicUsize,
     state: Mutex<State>,
 }
 
@@ -99,6 +102,7 @@ impl InflightLimit {
             waiters: AtomicUsize::new(0),
             urgency: AtomicU64::new(0),
             fifo_up_to: AtomicUsize::new(0),
+            idle_below: AtomicUsize::new(0),
             state: Mutex::new(State { max_queued, waiting: Waiting::default() }),
         })
     }
@@ -297,6 +301,37 @@ impl InflightLimit {
             return Some(Slot { owner: self.clone() });
         }
         None
+    }
+
+    /// How many the app serves at once without a queue, as far as the adaptive limit has
+    /// measured it (zero: not known, or not to be used): the bound of
+    /// [`InflightLimit::try_idle_slot`].
+    pub fn set_idle_below(&self, n: usize) {
+        self.idle_below.store(n, SeqCst);
+    }
+
+    /// A slot for a request the level refused, if the app has a worker idle: nobody waits
+    /// and fewer than the [`set_idle_below`](InflightLimit::set_idle_below) bound are at
+    /// the app. Refusing it would leave that worker idle and protect no one; the queue is
+    /// empty, so no more important request waits behind it.
+    pub fn try_idle_slot(self: &Arc<Self>) -> Option<Slot> {
+        let below = self.idle_below.load(SeqCst);
+        if below == 0 || self.waiters.load(SeqCst) != 0 {
+            return None;
+        }
+        let mut held = self.inflight.load(SeqCst);
+        loop {
+            let cap = (self.limit.load(SeqCst) + self.lent.load(SeqCst))
+                .min(self.ceiling.load(SeqCst))
+                .min(below);
+            if held >= cap {
+                return None;
+            }
+            match self.inflight.compare_exchange_weak(held, held + 1, SeqCst, SeqCst) {
+                Ok(_) => return Some(Slot { owner: self.clone() }),
+                Err(now) => held = now,
+            }
+        }
     }
 
     /// Waits for a slot in priority order, never urgent (see [`InflightLimit::slot_until`]).

@@ -269,11 +269,28 @@ impl<A: AppClient> Inbound<A> {
         // Admission.
         // (Counted in the level's histogram either way; a route the own level spares is
         // not refused by it: see `RouteHolds`.)
+        // A request the level refuses that finds a worker of the app idle (the queue empty)
+        // takes it: refusing would protect no one (`InflightLimit::try_idle_slot`). Only
+        // without a body (a slot is never held while a body is awaited), and only while the
+        // level admits the top class whole: once the level cuts into it, the top class's
+        // next arrival must not find that worker taken by a less important request.
+        let mut idle_slot = None;
         let mut would_shed = match engine.admit(priority) {
             Decision::Admit => false,
             Decision::WouldShed => true,
             Decision::Shed if spared => false,
-            Decision::Shed => return self.refuse(grpc, ShedReason::Overload, priority),
+            Decision::Shed => {
+                match (body.is_end_stream() && engine.level().priority().business > 0)
+                    .then(|| self.shared.limit.try_idle_slot())
+                {
+                    Some(Some(slot)) => {
+                        idle_slot = Some(slot);
+                        self.metrics.idle_slot_admitted.increment(1);
+                        false
+                    }
+                    _ => return self.refuse(grpc, ShedReason::Overload, priority),
+                }
+            }
         };
 
         // Protocol to the app: under `auto`, the first HTTP/2 request may wait for the probe
@@ -320,12 +337,17 @@ impl<A: AppClient> Inbound<A> {
         // whole: once it refuses some of it, nothing is spared and the class order holds.
         let queued_as = if spared { Priority::MOST_IMPORTANT } else { priority };
         let waiter = self.waiter(queued_as, ready, deadline);
-        let (slot, queued) = match self.shared.limit.try_slot() {
-            Some(slot) => {
+        // (A refused request that took an idle worker is no sample of the admitted
+        // stream's queuing: it never queued as one of it.)
+        let free = match idle_slot {
+            Some(slot) => Some(slot),
+            None => self.shared.limit.try_slot().inspect(|_| {
                 engine.record_queuing(Duration::ZERO);
                 self.metrics.queuing_time.record(0.0);
-                (slot, false)
-            }
+            }),
+        };
+        let (slot, queued) = match free {
+            Some(slot) => (slot, false),
             None => {
                 // Boxed: only a request that queues carries the wait's state (its timers,
                 // the queue's entry) in this future, which every request builds and moves.

@@ -13,6 +13,7 @@ use crate::config::{LogConfig, LogFormat};
 pub const QUEUING_TIME: &str = "weir_queuing_time_seconds";
 pub const HEADER_INVALID: &str = "weir_priority_header_invalid_total";
 pub const QUEUE_ABANDONED: &str = "weir_queue_abandoned_total";
+pub const IDLE_SLOT_ADMITTED: &str = "weir_idle_slot_admitted_total";
 
 /// Queuing-time buckets around the 20 ms overload threshold and the 500 ms task timeout.
 const QUEUING_BUCKETS: &[f64] =
@@ -95,6 +96,7 @@ impl From<HeaderValueError> for InvalidReason {
 pub struct ProxyMetrics {
     pub queuing_time: Histogram,
     pub queue_abandoned: Counter,
+    pub idle_slot_admitted: Counter,
     header_invalid: [Counter; InvalidReason::ALL.len()],
 }
 
@@ -112,9 +114,14 @@ impl ProxyMetrics {
             "Requests whose priority headers were missing or malformed and got the default"
         );
         metrics::describe_counter!(QUEUE_ABANDONED, "Requests whose caller left while queued");
+        metrics::describe_counter!(
+            IDLE_SLOT_ADMITTED,
+            "Requests below the admission level forwarded because a worker of the app was idle"
+        );
         ProxyMetrics {
             queuing_time: metrics::histogram!(QUEUING_TIME, "role" => "inbound"),
             queue_abandoned: metrics::counter!(QUEUE_ABANDONED, "role" => "inbound"),
+            idle_slot_admitted: metrics::counter!(IDLE_SLOT_ADMITTED, "role" => "inbound"),
             header_invalid: InvalidReason::ALL
                 .map(|r| metrics::counter!(HEADER_INVALID, "reason" => r.as_str())),
         }

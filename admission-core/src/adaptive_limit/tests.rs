@@ -1257,3 +1257,26 @@ fn debug_downstream() {
     let r = two_routes(&mut l, 10, true, seed, y, extra);
     eprintln!("{r:?} {:?}", l.status());
 }
+
+/// A floor above the app's concurrency (a peak an earlier interval held for a moment) does
+/// not hold an overload's queue in the app: once the level refuses and the app's own time
+/// rises with the limit binding at that floor, the floor is dropped and the limit goes to
+/// the knee within a few hundred milliseconds, not at the next refresh (a second on).
+#[test]
+fn a_floor_the_app_contradicts_under_overload_is_dropped() {
+    let mut l = adaptive(256);
+    let mut m = Model::new(4, Service::Fixed(10 * MS), 6);
+    m.run(&mut l, 3_000 * MS, Arrivals::Poisson(200.0));
+    // As a loose cut and a burst's peak left it in the sidecar of the step suite.
+    l.history.push_back(Record { end: m.now(), peak: 9, ..Record::default() });
+    l.limit = 9;
+    assert_eq!(l.status().floor, 9);
+    m.reset_counts();
+    let step = m.now();
+    m.run(&mut l, step + 2_000 * MS, Arrivals::Poisson(1_200.0));
+    let tight_at =
+        m.limits.iter().find(|&&(t, x)| t > step && x <= 6).map(|&(t, _)| (t - step) / MS);
+    assert!(tight_at.is_some_and(|ms| ms <= 400), "at 6 or less {tight_at:?} ms after the step");
+    let s = l.status();
+    assert!((4..=6).contains(&s.limit), "{s:?} {:?}", m.limits);
+}

@@ -556,3 +556,36 @@ proptest::proptest! {
         );
     }
 }
+
+/// While the level already refuses, a window closes early on a queue at twice the threshold
+/// only once it is three early-close periods old (a dial's noise is no reason for a short
+/// window, a level far off is), and on one far past the threshold at once.
+#[test]
+fn a_dialled_window_closes_early_only_on_a_queue_that_stays_far_off() {
+    let period = EngineConfig::default().early_close_after;
+    let threshold = EngineConfig::default().queuing_threshold;
+    // From a level that refuses (3x for 3 s), at the window's age `age`, a stalled app
+    // (nothing dispatched yet) whose oldest waiter is `oldest` old (the signal is half).
+    let closes_at = |age: Duration, oldest: Duration| {
+        let mut app = FluidApp::new(1_000.0);
+        app.run(2_000, |_| 0.5);
+        app.run(3_000, |_| 3.0);
+        let e = &app.e;
+        assert!(e.overloaded() && e.level_binds(), "3x for 3 s: the level refuses");
+        // A window that has just begun, with nothing dispatched in it yet.
+        let before = e.windows_closed();
+        e.try_rollover(e.clock().now().saturating_add(e.window_ns), false);
+        assert_eq!(e.windows_closed(), before + 1);
+        let start = e.window_start.load(Relaxed);
+        e.clock().set(start + age.as_nanos() as u64);
+        e.observe_queue(50, oldest);
+        e.windows_closed() > before + 1
+    };
+    let twice = 2 * (2 * threshold + Duration::from_millis(2));
+    assert!(!closes_at(period, twice), "at one early period: a dial's noise");
+    assert!(!closes_at(2 * period, twice), "at two early periods");
+    assert!(closes_at(3 * period, twice), "still far off at three: closes");
+    assert!(!closes_at(3 * period, 2 * threshold), "under twice the threshold: never");
+    let far = 2 * (8 * threshold + Duration::from_millis(2));
+    assert!(closes_at(period, far), "far past the threshold: at once");
+}

@@ -258,3 +258,35 @@ async fn lent_slots_go_to_waiters_within_the_ceiling() {
     drop(a);
     assert!(limit.try_slot().is_some());
 }
+
+/// A request the level refused takes a slot only while fewer than the idle bound are at
+/// the app and nobody waits; never when no bound is set, and never past the limit.
+#[tokio::test]
+async fn an_idle_slot_goes_only_to_an_idle_worker_with_nobody_waiting() {
+    let limit = InflightLimit::new(5, 8);
+    assert!(limit.try_idle_slot().is_none(), "no bound set: never");
+    limit.set_idle_below(2);
+    let first = limit.try_idle_slot().expect("nothing at the app: a worker is idle");
+    let second = limit.try_slot().unwrap();
+    assert!(limit.try_idle_slot().is_none(), "two at the app: no worker idle");
+    drop(second);
+    let _third = limit.try_slot().unwrap();
+    let _fourth = limit.try_slot().unwrap();
+    drop(first);
+    assert!(limit.try_idle_slot().is_none(), "still two at the app");
+    let fifth = limit.try_slot().unwrap();
+    let _sixth = limit.try_slot().unwrap();
+    let _seventh = limit.try_slot().unwrap();
+    let l = limit.clone();
+    let waiter = tokio::spawn(async move { l.slot(HIGH).await.is_ok() });
+    while limit.queued() < 1 {
+        tokio::task::yield_now().await;
+    }
+    limit.set_idle_below(8);
+    assert!(limit.try_idle_slot().is_none(), "at the limit, and a request waits");
+    drop(fifth);
+    assert!(waiter.await.unwrap(), "the freed slot went to the waiter");
+    // (The waiter is done: its slot is free again, and nobody waits.)
+    let _eighth = limit.try_idle_slot().expect("under the limit and the bound, nobody waiting");
+    assert!(limit.try_idle_slot().is_none(), "at the limit");
+}
