@@ -280,16 +280,14 @@ impl<A: AppClient> Inbound<A> {
             Decision::WouldShed => true,
             Decision::Shed if spared => false,
             Decision::Shed => {
-                match (body.is_end_stream() && engine.level().priority().business > 0)
+                idle_slot = (body.is_end_stream() && engine.level().priority().business > 0)
                     .then(|| self.shared.limit.try_idle_slot())
-                {
-                    Some(Some(slot)) => {
-                        idle_slot = Some(slot);
-                        self.metrics.idle_slot_admitted.increment(1);
-                        false
-                    }
-                    _ => return self.refuse(grpc, ShedReason::Overload, priority),
+                    .flatten();
+                if idle_slot.is_none() {
+                    return self.refuse(grpc, ShedReason::Overload, priority);
                 }
+                self.metrics.idle_slot_admitted.increment(1);
+                false
             }
         };
 
@@ -339,13 +337,12 @@ impl<A: AppClient> Inbound<A> {
         let waiter = self.waiter(queued_as, ready, deadline);
         // (A refused request that took an idle worker is no sample of the admitted
         // stream's queuing: it never queued as one of it.)
-        let free = match idle_slot {
-            Some(slot) => Some(slot),
-            None => self.shared.limit.try_slot().inspect(|_| {
+        let free = idle_slot.or_else(|| {
+            self.shared.limit.try_slot().inspect(|_| {
                 engine.record_queuing(Duration::ZERO);
                 self.metrics.queuing_time.record(0.0);
-            }),
-        };
+            })
+        });
         let (slot, queued) = match free {
             Some(slot) => (slot, false),
             None => {
