@@ -32,7 +32,7 @@ pub struct ControlLoop {
     /// The app's answers so far (responses and deadline answers)...
     answered: AtomicU64,
     /// ...as the timer saw them at its last few ticks (the underfed test's span).
-    answered_at: Mutex<VecDeque<(Instant, u64)>>,
+    answered_at: Mutex<AnswerSpan>,
 }
 
 /// The span over which the app counts as underfed: four ticks (200 ms), long enough that
@@ -63,7 +63,7 @@ impl ControlLoop {
             workers: Mutex::new(workers),
             ceiling: AtomicUsize::new(0),
             answered: AtomicU64::new(0),
-            answered_at: Mutex::new(VecDeque::with_capacity(UNDERFED_TICKS + 1)),
+            answered_at: Mutex::new(AnswerSpan::default()),
         }
     }
 
@@ -209,29 +209,48 @@ impl ControlLoop {
 }
 
 impl ControlLoop {
-    /// The level refuses, yet over the last `UNDERFED_TICKS` ticks the app answered under
-    /// `UNDERFED_SHARE` of the capacity estimate: the arrivals the level admits lull and the
-    /// app idles (its workers wait for work weir refuses). Only then may a refused request
-    /// take an idle worker: while the app is fed, a momentary gap is the queue's own
-    /// rhythm, and a refused request in it would only delay the next admitted one.
+    /// See [`underfed`]: the count of answers over the span the timer's last ticks cover.
     fn underfed(&self, engine: &AdmissionEngine<MonotonicClock>) -> bool {
-        let now = Instant::now();
-        let count = self.answered.load(Relaxed);
-        let mut seen = self.answered_at.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        seen.push_back((now, count));
-        while seen.len() > UNDERFED_TICKS + 1 {
-            seen.pop_front();
-        }
-        let Some(&(then, before)) = seen.front().filter(|_| seen.len() > UNDERFED_TICKS) else {
-            return false;
-        };
-        let secs = now.saturating_duration_since(then).as_secs_f64();
-        let capacity = engine.capacity_estimate().unwrap_or(0.0);
-        engine.level_binds()
-            && capacity > 0.0
-            && secs > 0.0
-            && (count.saturating_sub(before) as f64) < UNDERFED_SHARE * capacity * secs
+        let answered = self
+            .answered_at
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .observe(Instant::now(), self.answered.load(Relaxed));
+        underfed(engine.level_binds(), engine.capacity_estimate(), answered)
     }
+}
+
+/// The count of answers at each of the timer's last `UNDERFED_TICKS + 1` ticks.
+#[derive(Debug, Default)]
+struct AnswerSpan {
+    seen: VecDeque<(Instant, u64)>,
+}
+
+impl AnswerSpan {
+    /// The tick at `now` saw `count` answers so far: the answers over the span it closes
+    /// and the span's length, once the span is whole (`None` before).
+    fn observe(&mut self, now: Instant, count: u64) -> Option<(u64, Duration)> {
+        self.seen.push_back((now, count));
+        while self.seen.len() > UNDERFED_TICKS + 1 {
+            self.seen.pop_front();
+        }
+        let &(then, before) = self.seen.front().filter(|_| self.seen.len() > UNDERFED_TICKS)?;
+        Some((count.saturating_sub(before), now.saturating_duration_since(then)))
+    }
+}
+
+/// The level refuses (`binds`), yet over the span (`answered`: answers, over how long) the
+/// app answered under `UNDERFED_SHARE` of the capacity estimate: the arrivals the level
+/// admits lull and the app idles (its workers wait for work weir refuses). Only then may a
+/// refused request take an idle worker: while the app is fed, a momentary gap is the
+/// queue's own rhythm, and a refused request in it would only delay the next admitted one.
+/// Without an estimate, or before the span is whole, the app is not underfed.
+fn underfed(binds: bool, capacity: Option<f64>, answered: Option<(u64, Duration)>) -> bool {
+    let (Some(capacity), Some((count, span))) = (capacity, answered) else {
+        return false;
+    };
+    let secs = span.as_secs_f64();
+    binds && capacity > 0.0 && secs > 0.0 && (count as f64) < UNDERFED_SHARE * capacity * secs
 }
 
 /// While the limit binds on evidence (below its ceiling: the app's knee was found), what
@@ -241,8 +260,11 @@ impl ControlLoop {
 /// ceiling knows nothing of the app's workers (its own queue may be long), and a middle
 /// hop's workers also wait on its downstreams.
 fn idle_workers_bound(adaptive: &AdaptiveLimit) -> usize {
-    let status = adaptive.status();
-    if adaptive.middle_hop() || status.limit >= status.ceiling {
+    idle_workers(adaptive.middle_hop(), &adaptive.status())
+}
+
+fn idle_workers(middle_hop: bool, status: &LimitStatus) -> usize {
+    if middle_hop || status.limit >= status.ceiling {
         return 0;
     }
     // (Below the limit, which holds a headroom over it: a slot of the headroom is the app's
@@ -269,3 +291,6 @@ fn trace_change(adaptive: &AdaptiveLimit, limit: &InflightLimit, next: usize, on
         );
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -334,3 +334,32 @@ async fn after_an_overload_and_a_second_of_silence_every_class_is_admitted() {
         assert_eq!(code, 200, "class {business}'s first request after the silence");
     }
 }
+
+// === an underfed app under a cut level ===
+
+/// Three classes at 3x the app's capacity for 3 s, so the level cuts and the in-flight
+/// limit finds the app's knee; then the arrivals drop to 0.4x. Until the level's windows
+/// catch up, it still refuses classes the app now has workers for: each such refusal would
+/// leave a worker idle and protect no one, so while the app answers under nine tenths of
+/// its capacity the refused request takes the idle worker instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_request_takes_an_idle_worker_while_the_app_is_underfed() {
+    let _turn = support::CPU_HEAVY.lock().await;
+    let app_config = BackendConfig::new(4, Duration::from_millis(20));
+    let capacity = app_config.nominal_capacity();
+    let app = CapacityBackend::start(app_config).await.unwrap();
+    let weir = defaults(app.addr());
+    let phases = vec![
+        Phase { rate_per_sec: 3.0 * capacity, duration: Duration::from_secs(3) },
+        Phase { rate_per_sec: 0.4 * capacity, duration: Duration::from_millis(1500) },
+    ];
+    let report = load::run(LoadSpec::new(weir.inbound_addr(), phases)).await.unwrap();
+    let text = support::metrics_text(weir.admin_addr()).await;
+    let taken = support::sample(&text, "weir_idle_slot_admitted_total{role=\"inbound\"}");
+    assert!(report.refused() > 0, "the overload was shed: {:?}", report.classes);
+    assert!(taken >= 1.0, "no refused request took an idle worker in the lull");
+    // The lull is served (its first requests may still meet the high phase's queue).
+    let lull: Vec<_> = report.events.iter().filter(|e| e.at_secs >= 3.0).collect();
+    let served = lull.iter().filter(|e| e.ending == load::Ending::Ok).count();
+    assert!(served as f64 >= 0.8 * lull.len() as f64, "{served} of {} served", lull.len());
+}
