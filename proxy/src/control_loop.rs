@@ -198,7 +198,9 @@ impl ControlLoop {
             adaptive.observe_held(engine.clock().now(), limit.held());
             let next = adaptive.tick(engine.clock().now());
             trace_change(&adaptive, limit, next, "tick");
-            limit.set_idle_below(if underfed { idle_workers_bound(&adaptive) } else { 0 });
+            let idle =
+                if underfed { idle_workers(adaptive.middle_hop(), &adaptive.status()) } else { 0 };
+            limit.set_idle_below(idle);
             next
         };
         if next != limit.limit() {
@@ -259,10 +261,6 @@ fn underfed(binds: bool, capacity: Option<f64>, answered: Option<(u64, Duration)
 /// refuses may take it (`InflightLimit::try_idle_slot`). Zero otherwise: a limit at its
 /// ceiling knows nothing of the app's workers (its own queue may be long), and a middle
 /// hop's workers also wait on its downstreams.
-fn idle_workers_bound(adaptive: &AdaptiveLimit) -> usize {
-    idle_workers(adaptive.middle_hop(), &adaptive.status())
-}
-
 fn idle_workers(middle_hop: bool, status: &LimitStatus) -> usize {
     if middle_hop || status.limit >= status.ceiling {
         return 0;
