@@ -52,6 +52,8 @@ struct RolloverState {
     scratch_classes: Box<[bool]>,
     last: Option<WindowSummary>,
     windows_closed: u64,
+    /// The completion count when the open window began (see `completed`).
+    completed_at_start: u64,
 }
 
 /// Time with a non-empty queue and the completions in it, between queue observations.
@@ -59,11 +61,12 @@ struct RolloverState {
 struct BusyClock {
     last_at: Nanos,
     last_depth: u64,
+    /// The completion count as of `last_at`.
     last_completed: u64,
     /// Completions counted since the window opened, as of `last_at`.
     busy_ns: u64,
     busy_completed: u64,
-    /// Since when the queue has been empty, and the window's completion count then.
+    /// Since when the queue has been empty, and the completion count then.
     empty_since: Option<(Nanos, u64)>,
     /// Since when the queue has been non-empty without a break (the detector's standing
     /// queue); kept across windows.
@@ -105,7 +108,8 @@ pub struct AdmissionEngine<C: Clock = MonotonicClock> {
     queuing_count: Padded<AtomicU32>,
     count_batch: u64,
     dropped: Padded<AtomicU32>,
-    /// Responses the app completed this window.
+    /// Responses the app completed since the engine started (a window's are the difference
+    /// from its start: one count serves the windows and [`Self::completions`]).
     completed: Padded<AtomicU64>,
     /// The queue as last reported by [`Self::observe_queue`]: depth and the age of the
     /// oldest waiter in nanoseconds (both 0 when empty).
@@ -173,6 +177,7 @@ impl<C: Clock> AdmissionEngine<C> {
                 scratch_classes: vec![false; 256].into_boxed_slice(),
                 last: None,
                 windows_closed: 0,
+                completed_at_start: 0,
             }),
             clock,
         }
@@ -238,6 +243,12 @@ impl<C: Clock> AdmissionEngine<C> {
         self.completed.0.fetch_add(1, Relaxed);
     }
 
+    /// Responses the app completed since the engine started ([`Self::record_completion`]).
+    #[inline]
+    pub fn completions(&self) -> u64 {
+        self.completed.0.load(Relaxed)
+    }
+
     /// Closes the window if its time is up. Call it from a timer too, so windows close
     /// even when no request completes.
     #[inline]
@@ -261,9 +272,8 @@ impl<C: Clock> AdmissionEngine<C> {
         let now = self.clock.now();
         {
             let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
-            // The window's completion count so far (the rollover resets it, and the busy
-            // totals with it): a queue that was non-empty at the last observation kept
-            // the app busy until now.
+            // The completion count now: a queue that was non-empty at the last observation
+            // kept the app busy until now.
             let completed = self.completed.0.load(Relaxed);
             // Non-empty at both ends: busy throughout, as far as the timer can tell.
             if busy.last_depth > 0 && depth > 0 {
@@ -425,18 +435,20 @@ impl<C: Clock> AdmissionEngine<C> {
             sum_us += us;
         }
         let dropped = (self.dropped.0.swap(0, Relaxed) as u64).min(dispatched);
-        let completed = self.completed.0.swap(0, Relaxed);
+        let total = self.completed.0.load(Relaxed);
+        let completed =
+            total.saturating_sub(std::mem::replace(&mut state.completed_at_start, total));
         let (busy_ns, busy_completed, queue_standing_ns) = {
             let mut busy = self.busy.lock().unwrap_or_else(|e| e.into_inner());
             let standing = busy.queued_since.map_or(0, |since| now.saturating_sub(since));
             let taken = (busy.busy_ns, busy.busy_completed, standing);
             busy.busy_ns = 0;
             busy.busy_completed = 0;
-            // The counts restart with the window: so does the busy clock.
-            busy.last_completed = 0;
+            // The busy counts restart with the window.
+            busy.last_completed = total;
             busy.last_at = now;
             if let Some(since) = busy.empty_since.as_mut() {
-                *since = (now, 0);
+                *since = (now, total);
             }
             taken
         };

@@ -9,7 +9,7 @@
 //! lock around a pure struct.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,9 +29,8 @@ pub struct ControlLoop {
     /// A middle hop's ceiling in force (the worker bound, or `max_inflight`), re-applied after
     /// a change of the limit; 0 until its first tick, and for any other sidecar.
     ceiling: AtomicUsize,
-    /// The app's answers so far (responses and deadline answers)...
-    answered: AtomicU64,
-    /// ...as the timer saw them at its last few ticks (the underfed test's span).
+    /// The app's answers (the engine's count of completions) as the timer saw them at its
+    /// last few ticks: the underfed test's span.
     answered_at: Mutex<AnswerSpan>,
 }
 
@@ -62,7 +61,6 @@ impl ControlLoop {
             // (lent slots included: its app holds a worker while it waits on a downstream).
             workers: Mutex::new(workers),
             ceiling: AtomicUsize::new(0),
-            answered: AtomicU64::new(0),
             answered_at: Mutex::new(AnswerSpan::default()),
         }
     }
@@ -116,7 +114,6 @@ impl ControlLoop {
     /// the app served, so the limit stayed at its ceiling with the queue inside the app,
     /// where the queuing-time signal cannot see it.
     pub fn on_deadline_answer(&self, engine: &AdmissionEngine<MonotonicClock>) {
-        self.answered.fetch_add(1, Relaxed);
         engine.record_completion();
     }
 
@@ -132,7 +129,6 @@ impl ControlLoop {
         engine: &AdmissionEngine<MonotonicClock>,
         limit: &InflightLimit,
     ) {
-        self.answered.fetch_add(1, Relaxed);
         engine.record_completion();
         let now = engine.clock().now();
         let held = limit.held();
@@ -217,7 +213,7 @@ impl ControlLoop {
             .answered_at
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .observe(Instant::now(), self.answered.load(Relaxed));
+            .observe(Instant::now(), engine.completions());
         underfed(engine.level_binds(), engine.capacity_estimate(), answered)
     }
 }
