@@ -9,7 +9,7 @@
 //! lock around a pure struct.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,8 @@ pub struct ControlLoop {
     /// The app's answers (the engine's count of completions) as the timer saw them at its
     /// last few ticks: the underfed test's span.
     answered_at: Mutex<AnswerSpan>,
+    /// The engine's count of closed windows at the last tick (for the window trace).
+    windows_traced: AtomicU64,
 }
 
 /// The span over which the app counts as underfed: four ticks (200 ms), long enough that
@@ -62,6 +64,7 @@ impl ControlLoop {
             workers: Mutex::new(workers),
             ceiling: AtomicUsize::new(0),
             answered_at: Mutex::new(AnswerSpan::default()),
+            windows_traced: AtomicU64::new(0),
         }
     }
 
@@ -167,6 +170,7 @@ impl ControlLoop {
             .oldest_waiting_since()
             .map_or(Duration::ZERO, |since| Instant::now().saturating_duration_since(since));
         engine.observe_queue(depth, oldest);
+        self.trace_window(engine, limit);
         let underfed = self.underfed(engine);
         let next = {
             let mut adaptive = self.adaptive();
@@ -207,6 +211,39 @@ impl ControlLoop {
 }
 
 impl ControlLoop {
+    /// Each closed window at debug level (`RUST_LOG=weir::window=debug`): what the capacity
+    /// law saw (the busy time and the completions in it are the capacity it measures) and
+    /// what it decided. One line per window, read at the timer's tick after it closed.
+    fn trace_window(&self, engine: &AdmissionEngine<MonotonicClock>, limit: &InflightLimit) {
+        if !tracing::enabled!(target: "weir::window", tracing::Level::DEBUG) {
+            return;
+        }
+        let status = engine.status();
+        if status.windows_closed == self.windows_traced.swap(status.windows_closed, Relaxed) {
+            return;
+        }
+        let Some(w) = status.last_window else { return };
+        tracing::debug!(
+            target: "weir::window",
+            closed = status.windows_closed,
+            ms = w.duration_ns as f64 / 1e6,
+            early = w.early,
+            arrivals = w.arrivals,
+            admitted = w.admitted,
+            dispatched = w.dispatched,
+            dropped = w.dropped,
+            completed = w.completed,
+            busy_ms = w.busy_ns as f64 / 1e6,
+            busy_completed = w.busy_completed,
+            queuing_ms = w.mean_queuing_ns as f64 / 1e6,
+            depth = w.queue_depth,
+            level = %status.level,
+            capacity = status.capacity_per_sec.unwrap_or(0.0),
+            inflight_limit = limit.limit(),
+            "window"
+        );
+    }
+
     /// See [`underfed`]: the count of answers over the span the timer's last ticks cover.
     fn underfed(&self, engine: &AdmissionEngine<MonotonicClock>) -> bool {
         let answered = self

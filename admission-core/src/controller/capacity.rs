@@ -564,14 +564,23 @@ impl CapacityLaw {
         self.quiet_streak = if quiet { self.quiet_streak.saturating_add(1) } else { 0 };
         let rate = if saturated {
             w.busy_completed as f64 / (w.busy_ns as f64 / 1e9)
-        } else if !censored && w.busy_ns == 0 && w.queue_depth == 0 && w.admitted < w.arrivals {
+        } else if !censored
+            && w.busy_ns == 0
+            && w.queue_depth == 0
+            && w.dropped == 0
+            && w.admitted < w.arrivals
+        {
             // The level refused requests, yet the queue never held any: the app took all
             // it was given, so the level (not the app) set this rate. Probe a half
             // higher; a window that finds the queue busy measures the real figure. Not
             // when censored: there the few refused are stragglers sent before the callers
             // heard of a cut, not demand the level held back (raised by a half on them,
             // the estimate stayed up for windows, the level opened past the app and the
-            // callers' backlog filled its queue).
+            // callers' backlog filled its queue). Nor when the queue dropped requests: it
+            // held a backlog, gone by the first tick that could see it (a step's, refused
+            // at the max wait), so the app's rate was the backlog's drain, not the level's
+            // doing (probed on it, 349/s went to 484 and 519 for an app of 358, and the
+            // level re-opened into the step twice: p90 80 ms for a second).
             let probe = LEVEL_BOUND_PROBE * w.completed as f64 / secs(w);
             // No further than half past the estimate, unless back towards the most the
             // app was measured to complete (see [`LEVEL_BOUND_PROBE`]).

@@ -1133,3 +1133,44 @@ fn short_roomy_censored_windows_in_a_row_open_fully_after_half_a_window() {
     c.next_level(current, Zone::Relax, &short(40), &censored_at(39, 1).0);
     assert!(c.next_level(current, Zone::Relax, &short(20), &h) < AdmissionLevel::FULLY_OPEN);
 }
+
+/// A step's first cut drains its backlog at the max wait: a 300 ms window whose queue
+/// dropped 160 of the 162 that waited, empty before the first tick could see it busy, after
+/// a lead-in at half the app's rate (overload-bench step, 4x10 ms, 10/30/60: the level went
+/// from 1.72 to fully open, the estimate from 349 to 484). The backlog was no room: no
+/// probe of the estimate, no idle credit for it, and the level stays cut near what the app
+/// completes over the window.
+#[test]
+fn a_window_that_dropped_a_backlog_neither_probes_the_estimate_nor_reopens_the_level() {
+    let mut c = capacity_measured_at(349);
+    // The lead-in: a second at half the app's rate, nothing queued.
+    let mut lead_in = window(175, 175, 175, 0);
+    lead_in.completed = 175;
+    c.next_level(AdmissionLevel::FULLY_OPEN, Zone::Relax, &lead_in, &uniform(3, 0));
+    // The step: ~1000/s in a 10/30/60 mix; the level cut to 1.72 admitted 76 of 299.
+    let mut h = vec![0u32; COMPOUND_LEVELS];
+    for (class, per) in [(0u8, 30u32), (1, 90), (2, 179)] {
+        for i in 0..per {
+            let user = (i * 128 / per) as u8;
+            h[Priority { business: class, user }.compound() as usize] += 1;
+        }
+    }
+    let current = AdmissionLevel::from_compound(128 + 72).unwrap();
+    let drained = WindowSummary {
+        duration_ns: 300 * MS,
+        arrivals: 299,
+        admitted: 76,
+        dispatched: 238,
+        dropped: 160,
+        mean_queuing_ns: 59 * MS,
+        completed: 97,
+        early: true,
+        ..WindowSummary::default()
+    };
+    let next = c.next_level(current, Zone::Cut, &drained, &h);
+    let estimate = c.capacity_estimate().unwrap();
+    assert!(estimate < 360.0, "no probe on a drained backlog: {estimate}");
+    // What the app completes in 300 ms is ~105; the level admits no more than half again.
+    let admits = admitted_at(&h, next);
+    assert!(admits <= 160, "the level re-opened into the step: {next:?} admits {admits} of 299");
+}
