@@ -213,7 +213,9 @@ impl ControlLoop {
 impl ControlLoop {
     /// Each closed window at debug level (`RUST_LOG=weir::window=debug`): what the capacity
     /// law saw (the busy time and the completions in it are the capacity it measures) and
-    /// what it decided. One line per window, read at the timer's tick after it closed.
+    /// what it decided. Read at the timer's tick after a window closed: the last one closed
+    /// since the previous tick (windows that close faster than the tick, on their request
+    /// count at a fast app, are sampled; `closed` shows how many went by).
     fn trace_window(&self, engine: &AdmissionEngine<MonotonicClock>, limit: &InflightLimit) {
         if !tracing::enabled!(target: "weir::window", tracing::Level::DEBUG) {
             return;

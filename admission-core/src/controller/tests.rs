@@ -1137,9 +1137,9 @@ fn short_roomy_censored_windows_in_a_row_open_fully_after_half_a_window() {
 /// A step's first cut drains its backlog at the max wait: a 300 ms window whose queue
 /// dropped 160 of the 162 that waited, empty before the first tick could see it busy, after
 /// a lead-in at half the app's rate (overload-bench step, 4x10 ms, 10/30/60: the level went
-/// from 1.72 to fully open, the estimate from 349 to 484). The backlog was no room: no
-/// probe of the estimate, no idle credit for it, and the level stays cut near what the app
-/// completes over the window.
+/// from 1.72 to fully open, the estimate from 349 to 484). The app's rate there was the
+/// backlog's drain, not the level's doing: no probe of the estimate, and the level stays
+/// cut near what the app completes over the window.
 #[test]
 fn a_window_that_dropped_a_backlog_neither_probes_the_estimate_nor_reopens_the_level() {
     let mut c = capacity_measured_at(349);
