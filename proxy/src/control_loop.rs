@@ -185,7 +185,9 @@ impl ControlLoop {
                 let now = engine.clock().now();
                 let ceiling = {
                     let mut workers = self.workers();
+                    let judged_before = workers.last_judged().map(|(end, ..)| end);
                     workers.tick(now, adaptive.status().baseline);
+                    trace_judged(&workers, judged_before);
                     workers.ceiling(now, adaptive.downstream_bound(), adaptive.ceiling())
                 };
                 if ceiling != self.ceiling.swap(ceiling, Relaxed) {
@@ -304,6 +306,26 @@ fn idle_workers(middle_hop: bool, status: &LimitStatus) -> usize {
     // own queue, and a refused request there would delay the next admitted one.)
     let serves = status.completions_per_sec * status.baseline.as_secs_f64();
     (serves.round() as usize).min(status.limit.saturating_sub(1))
+}
+
+/// Each window the worker bound judged since `judged_before` (its end), at debug level
+/// (`RUST_LOG=weir::workers=debug`): what it held, its own time against the rise test, and
+/// the bound it leaves.
+fn trace_judged(workers: &WorkerBound, judged_before: Option<u64>) {
+    if !tracing::enabled!(target: "weir::workers", tracing::Level::DEBUG) {
+        return;
+    }
+    let Some((end, peak, mean, rose_above)) = workers.last_judged() else { return };
+    if Some(end) != judged_before {
+        tracing::debug!(
+            target: "weir::workers",
+            peak,
+            own_ms = mean / 1e6,
+            rose_above_ms = rose_above / 1e6,
+            bound = ?workers.bound(),
+            "judged"
+        );
+    }
 }
 
 /// Every change of the limit at debug level (`RUST_LOG=weir::limit=debug`), with what the

@@ -50,6 +50,18 @@ use crate::clock::Nanos;
 /// its thresholds, and each lapse let the heavy routes' requests fill the app's workers.
 pub const SPARING_HOLD: Nanos = 2_000_000_000;
 
+/// A window that rose is no evidence of a pool once another, over the horizon, held this
+/// many times as much without a rise: a pool's workers are a number the app cannot exceed
+/// without its own time rising. The clean windows alone (within the hysteresis, a tenth of
+/// the baseline) could not refute it for an app of a few hundred microseconds: a multi-hop
+/// entry's gateway (256 workers, 0.2-0.4 ms of its own) held 94-119 requests at 0.4 ms, none
+/// clean, then one window of 22 at 7.9 ms (the machine busy at the step) bound it at 11, and
+/// its level cut both APIs for the load queued in its sidecar. Twice, not merely more: a
+/// window's peak is a moment and its mean the whole window, so a pool's window may hold a
+/// little more than its workers for a moment without a rise (asking rises to outnumber such
+/// windows left the no-harm middle hop unbound: 0.57x of a hand-set `max_inflight`).
+const REFUTED_AT: usize = 2;
+
 /// A window closes after this (with enough answers)...
 const WINDOW: Nanos = 100_000_000;
 /// ...or unjudged after this.
@@ -170,12 +182,31 @@ impl WorkerBound {
         (self.expected_sum, self.unrouted) = (0, 0);
     }
 
+    /// The last judged window's end, peak and mean own time, and the rise test in force
+    /// (nanoseconds): for the control loop's trace.
+    pub fn last_judged(&self) -> Option<(Nanos, usize, f64, f64)> {
+        self.means.back().map(|&(end, peak, mean)| (end, peak, mean, self.rose_above))
+    }
+
     /// The bound on everything at the app once a window has been judged clean and one that
     /// held more took longer (see the module's documentation): its clean peak plus an
     /// eighth (and one).
     pub fn bound(&self) -> Option<usize> {
         let peak = self.clean.iter().map(|&(_, p, _)| p).max()?;
-        let pooled = self.means.iter().any(|&(_, p, m)| p > peak && m > self.rose_above);
+        // The most a judged window held without a rise (within the rise test, not only the
+        // hysteresis that makes a window clean): a window that rose while it held less than
+        // half that is no pool the app ran out of (see `REFUTED_AT`).
+        let unrisen = self
+            .means
+            .iter()
+            .filter(|&&(_, _, m)| m <= self.rose_above)
+            .map(|&(_, p, _)| p)
+            .max()
+            .unwrap_or(0);
+        let pooled = self
+            .means
+            .iter()
+            .any(|&(_, p, m)| p > peak && m > self.rose_above && unrisen < REFUTED_AT * p);
         pooled.then(|| peak + (peak / 8).max(1))
     }
 
@@ -264,6 +295,26 @@ mod tests {
             window(&mut w, i * 100 * MS, own, 8 + (i as usize * 5) % 80, 40);
             assert_eq!(w.ceiling(i * 100 * MS, true, 256), 256, "window {i}");
         }
+    }
+
+    /// The multi-hop entry's gateway at a 3x step: it held 119 at 0.4 ms of its own (none
+    /// clean against a 0.2 ms baseline's hysteresis), then one window rose to 7.9 ms at 22
+    /// (the machine busy). No bound: it held five times as much without a rise. A pool's
+    /// rise is not refuted by a window that held only a little more.
+    #[test]
+    fn a_rise_is_no_pool_when_the_app_held_twice_as_much_without_one() {
+        let mut w = bound_at(0);
+        window(&mut w, 100 * MS, Duration::from_micros(200), 10, 40);
+        window(&mut w, 200 * MS, Duration::from_micros(400), 119, 40);
+        window(&mut w, 300 * MS, Duration::from_micros(190), 10, 40);
+        window(&mut w, 400 * MS, Duration::from_micros(7_900), 22, 40);
+        assert_eq!(w.bound(), None);
+        assert_eq!(w.ceiling(400 * MS, true, 256), 256);
+        let mut pool = bound_at(0);
+        window(&mut pool, 100 * MS, Duration::from_millis(20), 8, 40);
+        window(&mut pool, 200 * MS, Duration::from_millis(23), 15, 40);
+        window(&mut pool, 300 * MS, Duration::from_millis(30), 12, 40);
+        assert_eq!(pool.bound(), Some(9), "15 without a rise is less than twice 12");
     }
 
     #[test]
