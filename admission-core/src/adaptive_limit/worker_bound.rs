@@ -35,8 +35,9 @@
 //! than the bound without a rise (a window's peak is a moment, its mean the whole window),
 //! left the no-harm middle hop unbound: 0.55-0.87x and 0.57x of the best hand-set
 //! `max_inflight`, against 0.99-1.00x in the same rounds. (Both were tried against a
-//! multi-hop entry's gateway that one window bound at 16 and 40 in 2 of 15 runs at 3x;
-//! an entry cut by its own level was seen once in about 150 runs since, not yet traced.)
+//! multi-hop entry's gateway that one window bound at 16 and 40 in 2 of 15 runs at 3x.)
+//! What refutes that one window instead is a window that held twice as much without a
+//! rise ([`REFUTED_AT`]): traced, the gateway had held 94-119 at 0.4 ms before it.
 //!
 //! Pure, like the limit: the caller passes `now` and wraps it in a lock.
 
