@@ -16,8 +16,9 @@
 //! the limit's hysteresis of its baseline), over the horizon, is what it serves without a
 //! queue: while the level spares (and for [`SPARING_HOLD`] after), everything at the app
 //! stays within that plus an eighth (and one: a bound that binds while the own time holds
-//! grows by it each window, so an app that waits without holding anything leaves it behind
-//! within about 3 s; with a quarter, a peak of 11 seen on an 8-worker app left it a queue of
+//! grows by it each clean window, so an app that waits without holding anything leaves it
+//! behind within about 3 s if its windows stay clean (a gateway of 0.2 ms, whose windows on
+//! a busy machine rarely were, grew from 16 to 30 over 7 s); with a quarter, a peak of 11 seen on an 8-worker app left it a queue of
 //! 6). Otherwise, or before a window was judged, the bound is the ceiling (`max_inflight`).
 //!
 //! **Only on evidence of a worker pool.** The bound applies only once a window that held
@@ -190,8 +191,8 @@ impl WorkerBound {
     }
 
     /// The bound on everything at the app once a window has been judged clean and one that
-    /// held more took longer (see the module's documentation): its clean peak plus an
-    /// eighth (and one).
+    /// held more took longer, unless another held twice that without a rise (see the
+    /// module's documentation and [`REFUTED_AT`]): its clean peak plus an eighth (and one).
     pub fn bound(&self) -> Option<usize> {
         let peak = self.clean.iter().map(|&(_, p, _)| p).max()?;
         // The most a judged window held without a rise (within the rise test, not only the
